@@ -1,0 +1,5 @@
+#![forbid(unsafe_code)]
+//! The Sluice reader: the data plane.
+
+pub mod record;
+pub mod sink;

@@ -1,0 +1,48 @@
+//! A received SQS message as it travels through the pipeline.
+//!
+//! CONTRACT SKELETON: shared by pollers, decoding, sinks and the ledger. The receipt handle is
+//! deliberately absent: only the ledger holds it, so no sink can delete behind its back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// The decoded payload. `Json` keeps the parsed value so JSON sinks need not parse twice.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Payload {
+    Raw,
+    Json(serde_json::Value),
+}
+
+/// One SQS message plus the metadata that must reach the sink with it.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// SQS MessageId: the CloudEvents `ce-id`, the FIFO dedup id downstream, the idempotency key.
+    pub message_id: String,
+    /// Queue the message came from.
+    pub queue_url: Arc<str>,
+    /// The body exactly as SQS returned it.
+    pub body: Bytes,
+    pub payload: Payload,
+    /// System attributes (SentTimestamp, ApproximateReceiveCount, MessageGroupId, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// String and Number message attributes (binary ones are base64 encoded).
+    pub message_attributes: BTreeMap<String, String>,
+    /// Milliseconds since the Unix epoch, from SentTimestamp.
+    pub sent_timestamp_ms: Option<i64>,
+    /// ApproximateReceiveCount.
+    pub receive_count: u32,
+    /// FIFO MessageGroupId.
+    pub group_id: Option<String>,
+    /// FIFO MessageDeduplicationId.
+    pub dedup_id: Option<String>,
+    /// Checkpoint epoch open when the message was received (0 under at-least-once).
+    pub epoch: u64,
+}
+
+impl Record {
+    pub fn size_bytes(&self) -> usize {
+        self.body.len()
+    }
+}

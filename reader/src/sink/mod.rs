@@ -1,0 +1,68 @@
+//! Sinks: where records go, and how they say a record is safe.
+//!
+//! CONTRACT SKELETON. A sink answers one `Outcome` per record. Only `Delivered` lets the ledger
+//! delete the receipt (at-least-once) or count it towards the epoch's ack (exactly-once).
+//! `Rejected` is non-transient (poison): the record goes to the dead-letter sink, or with
+//! `failOnError` the reader stops. `Failed` means retries ran out on a transient error: the
+//! record is released back to the queue, never deleted, never dead-lettered.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::record::Record;
+
+/// The final word of a sink on one record, after its own retries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    /// Non-transient: retrying will not help (HTTP 4xx other than 408/429, a malformed record).
+    Rejected { reason: String },
+    /// Transient and retries exhausted (connect error, timeout, 5xx, 429).
+    Failed { reason: String },
+}
+
+/// How a sink takes part in the checkpoint protocol (DESIGN.md section 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochSupport {
+    /// Output becomes visible only on `commit` (s3).
+    Transactional,
+    /// Redelivery is deduplicated downstream on the message id (sqs FIFO, http with ce-id).
+    Idempotent,
+    /// Cannot take part in exactly-once (log, sqs standard).
+    None,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("sink {sink}: {message}")]
+pub struct SinkError {
+    pub sink: String,
+    pub message: String,
+}
+
+pub trait Sink: Send + Sync {
+    /// The name from the spec, for metrics and logs.
+    fn name(&self) -> &str;
+
+    /// Deliver `records`; the answer has one outcome per record, in the same order.
+    fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>>;
+
+    fn epoch_support(&self) -> EpochSupport {
+        EpochSupport::None
+    }
+
+    /// Make what was delivered in `epoch` durable, not yet visible. Called before the reader acks.
+    fn pre_commit(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The epoch is committed: make its output visible. Must be idempotent.
+    fn commit(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The epoch will never commit here (fenced): drop its output.
+    fn abort(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
