@@ -1,2 +1,19 @@
 #![forbid(unsafe_code)]
-//! The operator.
+//! The operator: turns `SqsSource`s into reader Deployments, reports their state, scales them,
+//! and coordinates checkpoint epochs.
+//!
+//! Reconcile is a pipeline of small modules, each with one job: `validate` (pure) → `build`
+//! (pure) → `apply` (server-side apply) → `queue_check` (AWS, behind a trait) → `conditions`
+//! (pure) → `status` and `events` (writes). `controller` wires the pipeline into kube-runtime;
+//! `leader`, `metrics`, `admin` and `telemetry` are the process around it.
+
+pub mod access;
+pub mod build;
+pub mod error;
+pub mod names;
+pub mod validate;
+
+pub mod scaler;
+
+#[cfg(test)]
+mod fixtures;

@@ -1,0 +1,47 @@
+//! The reader's configuration: the source rendered back as an `SqsSource` YAML document.
+//!
+//! Why the whole resource and not a private format: the reader parses it with the same function
+//! that parses a standalone file (`sluice_crds::validate::parse_source_yaml`), so the cluster and
+//! standalone modes cannot drift. Only name, namespace and spec are rendered: no status, no
+//! managed fields, and no generation, so the hash moves only when the configuration does.
+//! Credentials are references (Secret names, role ARNs), never keys.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use sha2::{Digest, Sha256};
+use sluice_crds::SqsSource;
+
+use super::child_meta;
+use crate::error::{Error, Result};
+use crate::names;
+use crate::validate::Validated;
+
+/// The `source.yaml` the readers load.
+pub fn render_source(valid: &Validated<'_>) -> Result<String> {
+    let mut rendered = SqsSource::new(&valid.name, valid.source.spec.clone());
+    rendered.metadata.namespace = Some(valid.namespace.clone());
+    serde_yaml::to_string(&rendered).map_err(|e| Error::Render(e.to_string()))
+}
+
+/// First 16 hex digits of the SHA-256 of the rendered configuration.
+pub fn config_hash(rendered: &str) -> String {
+    Sha256::digest(rendered.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub(super) fn config_map(
+    valid: &Validated<'_>,
+    owner: &OwnerReference,
+    rendered: String,
+) -> ConfigMap {
+    ConfigMap {
+        metadata: child_meta(valid, owner, names::config_map_name(&valid.name)),
+        data: Some(BTreeMap::from([(names::CONFIG_KEY.to_owned(), rendered)])),
+        ..ConfigMap::default()
+    }
+}

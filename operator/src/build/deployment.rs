@@ -1,0 +1,236 @@
+//! The reader Deployment.
+//!
+//! Why these choices:
+//! - `spec.replicas` is never set here: the autoscaler owns it under its own field manager, and a
+//!   value in our apply would fight it on every reconcile. A new Deployment gets Kubernetes'
+//!   default of one replica until the autoscaler acts.
+//! - The config hash on the pod template is what rolls the pods when `source.yaml` changes; a
+//!   mounted ConfigMap alone would be refreshed in place, unnoticed by a running reader.
+//! - AWS keys reach the pod only through `secretKeyRef`, so they never pass through the operator.
+//! - The pod runs non-root with a read-only root filesystem and no capabilities: a reader needs
+//!   only the network and its mounted configuration.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sluice_crds::{CredentialSource, Credentials};
+
+use super::{child_meta, shutdown_plan};
+use crate::names;
+use crate::validate::Validated;
+
+const CONFIG_VOLUME: &str = "config";
+const DEFAULT_LOG_LEVEL: &str = "info";
+/// Non-root uid of the image (distroless "nonroot").
+const RUN_AS_USER: i64 = 65_532;
+
+pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &str) -> Deployment {
+    let name = names::reader_name(&valid.name);
+    let plan = shutdown_plan(&valid.source.spec);
+    let pod_meta = ObjectMeta {
+        labels: Some(names::labels(&valid.name)),
+        annotations: Some(BTreeMap::from([(
+            names::CONFIG_HASH_ANNOTATION.to_owned(),
+            hash.to_owned(),
+        )])),
+        ..ObjectMeta::default()
+    };
+    let pod = PodSpec {
+        service_account_name: Some(name.clone()),
+        automount_service_account_token: Some(true),
+        termination_grace_period_seconds: Some(plan.grace_period_seconds),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        containers: vec![container(valid, plan.reader_deadline_seconds)],
+        volumes: Some(vec![Volume {
+            name: CONFIG_VOLUME.to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::config_map_name(&valid.name),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        }]),
+        ..PodSpec::default()
+    };
+    Deployment {
+        metadata: child_meta(valid, owner, name),
+        spec: Some(DeploymentSpec {
+            replicas: None,
+            selector: LabelSelector {
+                match_labels: Some(names::selector_labels(&valid.name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(pod_meta),
+                spec: Some(pod),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
+    let source_path = format!("{}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_KEY);
+    let admin_addr = format!("0.0.0.0:{}", names::READER_ADMIN_PORT);
+    Container {
+        name: names::READER_CONTAINER.to_owned(),
+        image: Some(valid.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec![names::READER_COMMAND.to_owned()]),
+        args: Some(
+            [
+                "--source",
+                &source_path,
+                "--coordination",
+                "kubernetes",
+                "--admin-addr",
+                &admin_addr,
+                "--shutdown-deadline-seconds",
+                &deadline_seconds.to_string(),
+                "--log-format",
+                "json",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ),
+        env: Some(env(valid)),
+        ports: Some(vec![ContainerPort {
+            name: Some("admin".to_owned()),
+            container_port: names::READER_ADMIN_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe("/healthz", 10)),
+        readiness_probe: Some(probe("/readyz", 5)),
+        volume_mounts: Some(vec![VolumeMount {
+            name: CONFIG_VOLUME.to_owned(),
+            mount_path: names::CONFIG_MOUNT_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
+fn probe(path: &str, period_seconds: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("admin".to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+fn value(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+fn field_ref(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn secret_ref(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: optional.then_some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn env(valid: &Validated<'_>) -> Vec<EnvVar> {
+    let spec = &valid.source.spec;
+    let mut env = vec![
+        field_ref("POD_NAME", "metadata.name"),
+        field_ref("POD_NAMESPACE", "metadata.namespace"),
+        value("SLUICE_SOURCE", &valid.name),
+        value(
+            "RUST_LOG",
+            spec.reader.log_level.as_deref().unwrap_or(DEFAULT_LOG_LEVEL),
+        ),
+    ];
+    env.extend(credential_env(&spec.credentials));
+    env
+}
+
+/// Environment that points the AWS default chain at the spec's credentials.
+fn credential_env(credentials: &Credentials) -> Vec<EnvVar> {
+    match (credentials.source, &credentials.secret_ref) {
+        (CredentialSource::Secret, Some(secret)) => {
+            let token = match &secret.session_token_key {
+                Some(key) => secret_ref("AWS_SESSION_TOKEN", &secret.name, key, false),
+                None => secret_ref("AWS_SESSION_TOKEN", &secret.name, "AWS_SESSION_TOKEN", true),
+            };
+            vec![
+                secret_ref(
+                    "AWS_ACCESS_KEY_ID",
+                    &secret.name,
+                    &secret.access_key_id_key,
+                    false,
+                ),
+                secret_ref(
+                    "AWS_SECRET_ACCESS_KEY",
+                    &secret.name,
+                    &secret.secret_access_key_key,
+                    false,
+                ),
+                token,
+            ]
+        }
+        (CredentialSource::AssumeRole, _) => credentials
+            .role_arn
+            .iter()
+            .map(|arn| value("AWS_ROLE_ARN", arn))
+            .collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,72 @@
+//! `build()`: the children of a source, computed from its spec alone.
+//!
+//! Why pure: what the operator wants to exist is a function of the spec and the operator's
+//! defaults, nothing else. Keeping the API server out of it makes it testable from YAML fixtures
+//! and lets `apply` be the only place that writes. Each child has its own file.
+
+mod config;
+mod deployment;
+mod grace;
+pub mod rbac;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+pub use config::{config_hash, render_source};
+pub use grace::{ShutdownPlan, shutdown_plan};
+
+use crate::error::{Error, Result};
+use crate::names;
+use crate::validate::Validated;
+
+/// Everything one source needs in its namespace. `spec.replicas` of the Deployment is left unset:
+/// the autoscaler owns it (field manager `sluice-scaler`); without the autoscaler, Kubernetes
+/// defaults a new Deployment to one replica.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Children {
+    pub config_map: ConfigMap,
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub deployment: Deployment,
+    /// Hash of the rendered configuration; also on the pod template, so a change rolls the pods.
+    pub config_hash: String,
+}
+
+/// Builds the children of a validated source.
+pub fn build(valid: &Validated<'_>) -> Result<Children> {
+    let owner = valid.source.controller_owner_ref(&()).ok_or_else(|| {
+        Error::Build(format!(
+            "source {}/{} has no uid yet; it cannot own children",
+            valid.namespace, valid.name
+        ))
+    })?;
+    let rendered = render_source(valid)?;
+    let config_hash = config_hash(&rendered);
+    Ok(Children {
+        config_map: config::config_map(valid, &owner, rendered),
+        service_account: rbac::service_account(valid, &owner),
+        role: rbac::role(valid, &owner),
+        role_binding: rbac::role_binding(valid, &owner),
+        deployment: deployment::deployment(valid, &owner, &config_hash),
+        config_hash,
+    })
+}
+
+/// Metadata shared by every child: name, namespace, labels, owner.
+fn child_meta(valid: &Validated<'_>, owner: &OwnerReference, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(valid.namespace.clone()),
+        labels: Some(names::labels(&valid.name)),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+#[cfg(test)]
+#[path = "build_tests.rs"]
+mod tests;

@@ -1,0 +1,70 @@
+//! The readers' identity: a ServiceAccount, a namespaced Role and its RoleBinding.
+//!
+//! Why these rules and no narrower: a reader reads its `source.yaml` and the checkpoint ConfigMap,
+//! creates its own lease ConfigMap `<source>-lease-<pod>`, renews it (update with a resourceVersion
+//! compare-and-swap), and lists its peers' leases by label to honour their committed ids
+//! (DESIGN.md section 3). RBAC cannot restrict `create` or label-selected `list` by name, and lease
+//! names carry the pod name, which is not known when the Role is written; so the rule is on
+//! ConfigMaps of the source's namespace, and it grants no `delete` and nothing else. Put sources
+//! that must not see each other's ConfigMaps in different namespaces.
+//!
+//! The operator can create this Role only because it holds every permission the Role grants
+//! (Kubernetes' escalation check); `tests/rbac_trace.rs` checks that too.
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use super::child_meta;
+use crate::access::ApiCall;
+use crate::names;
+use crate::validate::Validated;
+
+/// What the reader's coordination layer (reader/src/coordination) asks of the API server.
+pub const READER_API_CALLS: &[ApiCall] = &[
+    ApiCall::new("", "configmaps", "get"),
+    ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "watch"),
+    ApiCall::new("", "configmaps", "create"),
+    ApiCall::new("", "configmaps", "update"),
+    ApiCall::new("", "configmaps", "patch"),
+];
+
+pub(super) fn service_account(valid: &Validated<'_>, owner: &OwnerReference) -> ServiceAccount {
+    ServiceAccount {
+        metadata: child_meta(valid, owner, names::reader_name(&valid.name)),
+        ..ServiceAccount::default()
+    }
+}
+
+pub(super) fn role(valid: &Validated<'_>, owner: &OwnerReference) -> Role {
+    Role {
+        metadata: child_meta(valid, owner, names::reader_name(&valid.name)),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".to_owned()]),
+            verbs: ["get", "list", "watch", "create", "update", "patch"]
+                .map(str::to_owned)
+                .to_vec(),
+            ..PolicyRule::default()
+        }]),
+    }
+}
+
+pub(super) fn role_binding(valid: &Validated<'_>, owner: &OwnerReference) -> RoleBinding {
+    let name = names::reader_name(&valid.name);
+    RoleBinding {
+        metadata: child_meta(valid, owner, name.clone()),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "Role".to_owned(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name,
+            namespace: Some(valid.namespace.clone()),
+            api_group: None,
+        }]),
+    }
+}

@@ -1,0 +1,111 @@
+use super::*;
+use crate::fixtures;
+
+fn reasons(yaml: &str, image: Option<&str>) -> Vec<&'static str> {
+    let source = fixtures::source(yaml);
+    match validate(&source, image) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.iter().map(|p| p.reason).collect(),
+    }
+}
+
+#[test]
+fn valid_fixtures_pass_and_resolve_the_image() {
+    for yaml in [fixtures::BASIC, fixtures::EXACTLY_ONCE_SECRET, fixtures::ASSUME_ROLE] {
+        let source = fixtures::source(yaml);
+        let valid = validate(&source, Some("sluice:default")).map_err(|p| summarize(&p));
+        assert!(valid.is_ok(), "{valid:?}");
+    }
+    let source = fixtures::source(fixtures::EXACTLY_ONCE_SECRET);
+    let Ok(valid) = validate(&source, Some("sluice:default")) else {
+        panic!("valid fixture rejected")
+    };
+    assert_eq!(valid.image, "registry.example/sluice:1.2.3");
+    assert_eq!(valid.name, "payments");
+    assert_eq!(valid.namespace, "shop");
+}
+
+#[test]
+fn every_problem_of_the_invalid_fixture_is_reported() {
+    let got = reasons(fixtures::INVALID, Some("img"));
+    for want in [
+        "QueueRefIncomplete",
+        "CredentialsIncomplete",
+        "CheckpointIntervalMissing",
+        "NoSinks",
+        "ScalingInvalid",
+    ] {
+        assert!(got.contains(&want), "{want} missing from {got:?}");
+    }
+}
+
+#[test]
+fn missing_image_is_a_problem_only_without_a_default() {
+    assert_eq!(reasons(fixtures::BASIC, None), vec!["ReaderImageMissing"]);
+    assert!(reasons(fixtures::BASIC, Some("img")).is_empty());
+    assert_eq!(reasons(fixtures::BASIC, Some("  ")), vec!["ReaderImageMissing"]);
+}
+
+#[test]
+fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
+    type Edit = fn(&mut SqsSource);
+    let cases: Vec<(&str, Edit)> = vec![
+        ("NoQueues", |s| s.spec.queues.clear()),
+        ("QueueRefAmbiguous", |s| s.spec.queues[0].name = Some("orders".into())),
+        ("QueueUrlInvalid", |s| s.spec.queues[0].url = Some("ftp://x/y".into())),
+        ("QueueNameInvalid", |s| {
+            s.spec.queues[0].url = None;
+            s.spec.queues[0].name = Some("bad name!".into());
+            s.spec.queues[0].region = Some("us-east-1".into());
+        }),
+        ("EndpointInvalid", |s| s.spec.queues[0].endpoint = Some("localhost:4566".into())),
+        ("QueueWeightInvalid", |s| s.spec.queues[0].weight = 0),
+        ("CredentialsIncomplete", |s| {
+            s.spec.credentials.source = CredentialSource::AssumeRole;
+        }),
+        ("RoleArnInvalid", |s| {
+            s.spec.credentials.source = CredentialSource::AssumeRole;
+            s.spec.credentials.role_arn = Some("sluice".into());
+        }),
+        ("CredentialsInconsistent", |s| {
+            s.spec.credentials.role_arn = Some("arn:aws:iam::1:role/x".into());
+        }),
+        ("ReceiveOutOfRange", |s| s.spec.receive.max_messages = 11),
+        ("ReceiveOutOfRange", |s| s.spec.receive.visibility_timeout_seconds = Some(-1)),
+        ("CheckpointIntervalOutOfRange", |s| {
+            s.spec.delivery.checkpoint_interval_seconds = Some(0);
+        }),
+        ("RetryInvalid", |s| s.spec.delivery.retry.max_attempts = 0),
+        ("SinkKindInvalid", |s| s.spec.sinks[0].log = None),
+        ("SinkNameDuplicate", |s| {
+            let again = s.spec.sinks[0].clone();
+            s.spec.sinks.push(again);
+        }),
+        ("SinkRouteInvalid", |s| {
+            s.spec.sinks[0].route = Some(sluice_crds::RouteSpec {
+                attribute: "kind".into(),
+                values: vec![],
+            });
+        }),
+        ("ScalingInvalid", |s| s.spec.scaling.max_replicas = 0),
+        ("NameTooLong", |s| s.metadata.name = Some("x".repeat(64))),
+    ];
+    for (want, edit) in cases {
+        let mut source = fixtures::source(fixtures::BASIC);
+        edit(&mut source);
+        let Err(problems) = validate(&source, Some("img")) else {
+            panic!("{want}: accepted");
+        };
+        let problem = problems.iter().find(|p| p.reason == want);
+        let Some(problem) = problem else {
+            panic!("{want}: got {problems:?}");
+        };
+        assert!(
+            problem.message.contains(problem.field.split('.').next_back().unwrap_or_default())
+                || problem.message.contains(&problem.field),
+            "{want}: message {:?} does not name {}",
+            problem.message,
+            problem.field
+        );
+    }
+}
