@@ -1,0 +1,182 @@
+//! The scaling decision, as a pure function of what the scaler observed.
+//!
+//! Everything that makes autoscaling hard to trust (activation, step limits, the stabilization window,
+//! the idle cooldown, the drain-rate raise) lives here and nowhere else, so it is tested as a table
+//! without a cluster or a queue. The I/O loop in `task.rs` only gathers inputs and applies the result.
+//!
+//! The rules, in order:
+//! 1. backlog = visible (+ in-flight if `countInFlight`) (+ delayed if `countDelayed`);
+//!    active iff backlog > `activationThreshold` (KEDA's `activationQueueLength`).
+//! 2. recommended = ceil(backlog / `targetMessagesPerReplica`), raised to
+//!    ceil(backlog / (measured msg/s per replica * `targetDrainSeconds`)) when readers are too slow to
+//!    clear the backlog in time, then clamped to [`minReplicas`, `maxReplicas`].
+//! 3. With `minReplicas` 0 and an inactive queue: stay at zero, or go to zero once idle for
+//!    `idleCooldownSeconds` (at least one replica is kept until then).
+//! 4. Up at once, at most `scaleUpMaxStep` more (raising to `minReplicas` is never step-limited);
+//!    down to the highest recommendation within `scaleDownStabilizationSeconds`, never below
+//!    `minReplicas` nor above `maxReplicas`.
+
+use k8s_openapi::jiff::Timestamp;
+use sluice_crds::{QueueFigures, ScalingSpec};
+
+use super::history::History;
+use super::reason::{Basis, Reason};
+
+/// What the scaler observed this interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    /// Summed over the source's queues.
+    pub figures: QueueFigures,
+    /// The Deployment's `spec.replicas`.
+    pub current: i32,
+    /// Messages per second one reader deletes, averaged over the readers that report a positive rate;
+    /// `None` when none does (no readers yet, or all idle), and then the rate raises nothing.
+    pub drain_per_replica: Option<f64>,
+    pub now: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub desired: i32,
+    pub reason: Reason,
+    /// The backlog the decision was made on.
+    pub backlog: i64,
+    /// This interval's recommendation, before stabilization and step limit.
+    pub recommended: i32,
+    /// To pass to the next decision.
+    pub history: History,
+}
+
+impl Decision {
+    pub fn changes(&self, current: i32) -> bool {
+        self.desired != current
+    }
+}
+
+/// Messages that count toward the backlog, per the spec's `countInFlight` and `countDelayed`.
+pub fn backlog(spec: &ScalingSpec, figures: &QueueFigures) -> i64 {
+    let mut backlog = figures.visible.max(0);
+    if spec.count_in_flight {
+        backlog = backlog.saturating_add(figures.in_flight.max(0));
+    }
+    if spec.count_delayed {
+        backlog = backlog.saturating_add(figures.delayed.max(0));
+    }
+    backlog
+}
+
+/// The spec's numbers made safe to compute with (validation should already have refused the others).
+struct Bounds {
+    min: i32,
+    max: i32,
+    per_replica: i64,
+    threshold: i64,
+    step: i32,
+}
+
+impl Bounds {
+    fn of(spec: &ScalingSpec) -> Self {
+        let min = spec.min_replicas.max(0);
+        Self {
+            min,
+            max: spec.max_replicas.max(min),
+            per_replica: spec.target_messages_per_replica.max(1),
+            threshold: spec.activation_threshold.max(0),
+            step: spec.scale_up_max_step.max(1),
+        }
+    }
+
+    fn clamp(&self, wanted: i32, basis: Basis) -> (i32, Basis) {
+        if wanted > self.max {
+            (self.max, Basis::MaxReplicas)
+        } else if wanted < self.min {
+            (self.min, Basis::MinReplicas)
+        } else {
+            (wanted, basis)
+        }
+    }
+}
+
+fn saturating_i32(value: u64) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// Replicas the backlog needs, before bounds, and what sized it.
+fn needed(spec: &ScalingSpec, bounds: &Bounds, backlog: i64, drain_per_replica: Option<f64>) -> (i32, Basis) {
+    let backlog_u = u64::try_from(backlog).unwrap_or(0);
+    let by_backlog = saturating_i32(backlog_u.div_ceil(bounds.per_replica.unsigned_abs()));
+    let basis = Basis::Backlog { per_replica: bounds.per_replica };
+    let drain_seconds = spec.target_drain_seconds;
+    match drain_per_replica {
+        Some(rate) if rate.is_finite() && rate > 0.0 && drain_seconds > 0 && backlog > 0 => {
+            // Float to int `as` saturates; a rate tiny enough to overflow means "as many as allowed".
+            let by_rate = (backlog as f64 / (rate * f64::from(drain_seconds))).ceil() as i32;
+            if by_rate > by_backlog {
+                (by_rate, Basis::DrainRate { per_replica_per_second: rate, drain_seconds })
+            } else {
+                (by_backlog, basis)
+            }
+        }
+        _ => (by_backlog, basis),
+    }
+}
+
+/// Decides the replica count for one interval. Pure: same inputs, same decision.
+pub fn decide(spec: &ScalingSpec, seen: &Observation, history: History) -> Decision {
+    let bounds = Bounds::of(spec);
+    let now = seen.now;
+    let current = seen.current.max(0);
+    let backlog = backlog(spec, &seen.figures);
+    let active = backlog > bounds.threshold;
+    let history = if active { history.mark_active(now) } else { history };
+    let (wanted, basis) = needed(spec, &bounds, backlog, seen.drain_per_replica);
+    let (mut recommended, basis) = bounds.clamp(wanted, basis);
+    let window = i64::from(spec.scale_down_stabilization_seconds);
+
+    // Zero is governed by activation and the idle cooldown, not by the stabilization window.
+    let mut cooling = None;
+    if bounds.min == 0 && !active {
+        let threshold = bounds.threshold;
+        if current == 0 {
+            let history = history.record(now, 0, window);
+            let reason = Reason::Idle { backlog, threshold };
+            return Decision { desired: 0, reason, backlog, recommended: 0, history };
+        }
+        let idle_seconds = history.idle_seconds(now);
+        let cooldown_seconds = i64::from(spec.idle_cooldown_seconds.max(0));
+        if idle_seconds >= cooldown_seconds {
+            let history = history.forget_recommendations();
+            let reason = Reason::ScaledToZero { idle_seconds };
+            return Decision { desired: 0, reason, backlog, recommended: 0, history };
+        }
+        recommended = recommended.max(1).min(bounds.max);
+        cooling = Some(Reason::CoolingDown { idle_seconds, cooldown_seconds });
+    }
+
+    let history = history.record(now, recommended, window);
+    let (desired, reason) = if recommended > current {
+        let stepped = current.saturating_add(bounds.step);
+        let desired = recommended.min(stepped).max(bounds.min);
+        let reason = if current == 0 && active {
+            Reason::Activated { backlog, threshold: bounds.threshold, desired }
+        } else {
+            Reason::ScaledUp { backlog, recommended, basis, step_limited: desired < recommended }
+        };
+        (desired, reason)
+    } else if recommended < current {
+        let highest = history.highest().unwrap_or(recommended).clamp(bounds.min, bounds.max);
+        if highest < current {
+            (highest, Reason::ScaledDown { backlog, recommended: highest })
+        } else {
+            let reason = cooling.unwrap_or(Reason::Stabilizing { recommended, highest_in_window: highest });
+            (current, reason)
+        }
+    } else {
+        (current, cooling.unwrap_or(Reason::Steady { backlog, recommended }))
+    };
+    Decision { desired, reason, backlog, recommended, history }
+}
+
+#[cfg(test)]
+#[path = "decision_tests.rs"]
+mod tests;
