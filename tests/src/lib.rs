@@ -1,2 +1,3 @@
 #![forbid(unsafe_code)]
 //! Test harness.
+pub mod localstack;
