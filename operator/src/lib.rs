@@ -9,8 +9,10 @@
 
 pub mod access;
 pub mod build;
+pub mod conditions;
 pub mod error;
 pub mod names;
+pub mod queue_check;
 pub mod validate;
 
 pub mod scaler;

@@ -1,0 +1,224 @@
+use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::fixtures;
+use crate::queue_check::QueueAttributes;
+
+fn deployment(replicas: Option<i32>, ready: i32) -> Deployment {
+    let mut d = Deployment {
+        spec: Some(DeploymentSpec {
+            replicas,
+            ..DeploymentSpec::default()
+        }),
+        status: Some(DeploymentStatus {
+            observed_generation: Some(1),
+            replicas: Some(replicas.unwrap_or(1)),
+            ready_replicas: Some(ready),
+            updated_replicas: Some(replicas.unwrap_or(1)),
+            ..DeploymentStatus::default()
+        }),
+        ..Deployment::default()
+    };
+    d.metadata.generation = Some(1);
+    d
+}
+
+fn found(visible: i64, redrive: bool) -> QueueObservation {
+    QueueObservation {
+        index: 0,
+        label: "orders".into(),
+        result: Ok(QueueAttributes {
+            url: "u".into(),
+            visibility_timeout_seconds: 30,
+            redrive_policy: redrive.then(|| "{}".to_owned()),
+            maximum_message_size: 262_144,
+            visible,
+            in_flight: 2,
+            delayed: 1,
+            ..QueueAttributes::default()
+        }),
+    }
+}
+
+fn verdict<'a>(c: &'a Computed, type_: &str) -> &'a Verdict {
+    match c.verdicts.iter().find(|v| v.type_ == type_) {
+        Some(v) => v,
+        None => panic!("no {type_} verdict"),
+    }
+}
+
+fn summary(c: &Computed, type_: &str) -> (String, String) {
+    let v = verdict(c, type_);
+    (v.status.to_owned(), v.reason.clone())
+}
+
+fn pair(status: &str, reason: &str) -> (String, String) {
+    (status.to_owned(), reason.to_owned())
+}
+
+#[test]
+fn a_healthy_source_is_ready_and_reports_its_queue() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let queues = [found(7, true)];
+    let d = deployment(Some(2), 2);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, READY), pair("True", "ReadersReady"));
+    assert_eq!(summary(&c, QUEUE_REACHABLE), pair("True", "QueueFound"));
+    assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("True", "QueueConfigValid"));
+    assert!(verdict(&c, QUEUE_CONFIG_VALID).message.contains("262144 bytes"));
+    assert_eq!(summary(&c, PROGRESSING), pair("False", "RolloutComplete"));
+    assert_eq!(summary(&c, DEGRADED), pair("False", "AsExpected"));
+    assert_eq!((c.replicas, c.ready_replicas), (2, 2));
+    let q = c.queue.clone().unwrap_or_default();
+    assert_eq!((q.visible, q.in_flight, q.delayed), (7, 2, 1));
+    assert_eq!(c.last_error, None);
+}
+
+#[test]
+fn an_invalid_spec_is_degraded_with_the_problems_reason() {
+    let problems = vec![Problem {
+        reason: "CheckpointIntervalMissing",
+        field: "spec.delivery.checkpointIntervalSeconds".into(),
+        message: "set it".into(),
+    }];
+    let c = compute(Outcome::Invalid { problems: &problems });
+    assert_eq!(summary(&c, READY), pair("False", "SpecInvalid"));
+    assert_eq!(summary(&c, DEGRADED), pair("True", "CheckpointIntervalMissing"));
+    assert_eq!(summary(&c, QUEUE_REACHABLE), pair("Unknown", "SpecInvalid"));
+    assert_eq!(c.last_error.as_deref(), Some("set it"));
+    assert!(c.queue.is_none());
+}
+
+#[test]
+fn an_unparseable_object_says_so() {
+    let c = compute(Outcome::Unparseable { error: "unknown field `foo`" });
+    assert_eq!(summary(&c, DEGRADED), pair("True", "SpecUnparseable"));
+    assert!(verdict(&c, READY).message.contains("unknown field `foo`"));
+}
+
+#[test]
+fn a_missing_queue_is_named_in_the_condition() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let queues = [QueueObservation {
+        index: 0,
+        label: "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),
+        result: Err(QueueError::DoesNotExist),
+    }];
+    let d = deployment(Some(1), 1);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, QUEUE_REACHABLE), pair("False", "QueueDoesNotExist"));
+    assert!(verdict(&c, QUEUE_REACHABLE).message.contains("123456789012/orders (spec.queues[0]) does not exist"));
+    assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("Unknown", "QueueNotChecked"));
+    assert_eq!(summary(&c, READY), pair("False", "QueueUnreachable"));
+    assert_eq!(summary(&c, DEGRADED), pair("True", "QueueDoesNotExist"));
+    assert!(c.queue.is_none());
+}
+
+#[test]
+fn denied_and_unavailable_queues_have_their_own_reasons() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let d = deployment(Some(1), 1);
+    for (error, reason) in [
+        (QueueError::Denied("AccessDenied".into()), "QueueAccessDenied"),
+        (QueueError::Unavailable("timeout".into()), "QueueCheckFailed"),
+    ] {
+        let queues = [QueueObservation { index: 0, label: "q".into(), result: Err(error) }];
+        let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+        assert_eq!(summary(&c, QUEUE_REACHABLE), pair("False", reason));
+    }
+}
+
+#[test]
+fn queue_config_errors_and_warnings() {
+    let mut spec = fixtures::source(fixtures::BASIC).spec;
+    let d = deployment(Some(1), 1);
+    let queues = [found(0, false)];
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("True", "NoDeadLetter"));
+    assert_eq!(c.warnings.len(), 1);
+    assert_eq!(summary(&c, READY), pair("True", "ReadersReady"));
+
+    spec.receive.visibility_timeout_seconds = Some(3);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("False", "VisibilityTimeoutTooShort"));
+    assert_eq!(summary(&c, READY), pair("False", "QueueConfigInvalid"));
+    assert_eq!(summary(&c, DEGRADED), pair("True", "VisibilityTimeoutTooShort"));
+}
+
+#[test]
+fn rollouts_scaled_to_zero_and_stuck_rollouts() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let queues = [found(0, true)];
+
+    let zero = deployment(Some(0), 0);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &zero });
+    assert_eq!(summary(&c, READY), pair("True", "ScaledToZero"));
+
+    let mut rolling = deployment(Some(3), 1);
+    if let Some(s) = rolling.status.as_mut() {
+        s.updated_replicas = Some(1);
+    }
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &rolling });
+    assert_eq!(summary(&c, PROGRESSING), pair("True", "RollingOut"));
+    assert_eq!(summary(&c, DEGRADED), pair("False", "AsExpected"));
+
+    let mut stuck = deployment(Some(1), 0);
+    if let Some(s) = stuck.status.as_mut() {
+        s.conditions = Some(vec![DeploymentCondition {
+            type_: "Progressing".into(),
+            status: "False".into(),
+            reason: Some("ProgressDeadlineExceeded".into()),
+            ..DeploymentCondition::default()
+        }]);
+    }
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &stuck });
+    assert_eq!(summary(&c, PROGRESSING), pair("False", "ProgressDeadlineExceeded"));
+    assert_eq!(summary(&c, DEGRADED), pair("True", "RolloutStuck"));
+    assert_eq!(summary(&c, READY), pair("False", "ReadersNotReady"));
+    assert!(verdict(&c, PROGRESSING).is_bad());
+}
+
+#[test]
+fn transition_times_survive_unchanged_statuses() {
+    let t0 = Timestamp::from_second(1_000).unwrap_or(Timestamp::UNIX_EPOCH);
+    let t1 = Timestamp::from_second(2_000).unwrap_or(Timestamp::UNIX_EPOCH);
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let queues = [found(1, true)];
+    let d = deployment(Some(1), 1);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let first = owned_status(&c, None, Some(1), t0);
+    let second = owned_status(&c, Some(&first), Some(1), t1);
+    assert!(second.conditions.iter().all(|c| c.last_transition_time == Time(t0)));
+    assert!(!differs(Some(&first), &second), "only times changed");
+    assert_eq!(second.queue.as_ref().and_then(|q| q.observed_at.clone()), Some(t1.to_string()));
+
+    let problems = vec![Problem { reason: "NoSinks", field: "spec.sinks".into(), message: "add one".into() }];
+    let bad = compute(Outcome::Invalid { problems: &problems });
+    let third = owned_status(&bad, Some(&second), Some(2), t1);
+    let ready = third.conditions.iter().find(|c| c.type_ == READY);
+    assert_eq!(ready.map(|c| c.last_transition_time.clone()), Some(Time(t1)));
+    assert!(differs(Some(&second), &third));
+    assert!(differs(None, &third));
+}
+
+#[test]
+fn conditions_of_other_managers_do_not_count_as_changes() {
+    let t0 = Timestamp::UNIX_EPOCH;
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let queues = [found(1, true)];
+    let d = deployment(Some(1), 1);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let mine = owned_status(&c, None, Some(1), t0);
+    let mut on_server = mine.clone();
+    on_server.conditions.insert(0, Condition {
+        type_: "Scaling".into(),
+        status: "True".into(),
+        reason: "ScaledUp".into(),
+        message: String::new(),
+        observed_generation: None,
+        last_transition_time: Time(t0),
+    });
+    on_server.desired_replicas = Some(4);
+    assert!(!differs(Some(&on_server), &mine));
+}

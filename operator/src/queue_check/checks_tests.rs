@@ -1,0 +1,136 @@
+use super::*;
+use crate::fixtures;
+
+fn attrs(fifo: bool, visibility: i64, redrive: bool) -> QueueAttributes {
+    QueueAttributes {
+        url: "u".into(),
+        fifo,
+        visibility_timeout_seconds: visibility,
+        redrive_policy: redrive.then(|| r#"{"maxReceiveCount":5}"#.to_owned()),
+        maximum_message_size: 262_144,
+        ..QueueAttributes::default()
+    }
+}
+
+fn reasons(findings: &[Finding]) -> Vec<(&'static str, Severity)> {
+    findings.iter().map(|f| (f.reason, f.severity)).collect()
+}
+
+#[test]
+fn table_of_queue_checks() {
+    use Severity::{Error, Warning};
+    struct Case {
+        name: &'static str,
+        fixture: &'static str,
+        edit: fn(&mut sluice_crds::SqsSourceSpec),
+        attrs: QueueAttributes,
+        want: Vec<(&'static str, Severity)>,
+    }
+    let none: fn(&mut sluice_crds::SqsSourceSpec) = |_| {};
+    let cases = vec![
+        Case {
+            name: "healthy standard queue",
+            fixture: fixtures::BASIC,
+            edit: none,
+            attrs: attrs(false, 30, true),
+            want: vec![],
+        },
+        Case {
+            name: "spec names a standard queue, queue is FIFO",
+            fixture: fixtures::BASIC,
+            edit: none,
+            attrs: attrs(true, 30, true),
+            want: vec![("FifoMismatch", Error)],
+        },
+        Case {
+            name: "spec names a FIFO queue, queue is standard",
+            fixture: fixtures::EXACTLY_ONCE_SECRET,
+            edit: none,
+            attrs: attrs(false, 30, true),
+            want: vec![("FifoMismatch", Error)],
+        },
+        Case {
+            name: "no dead letter anywhere",
+            fixture: fixtures::BASIC,
+            edit: none,
+            attrs: attrs(false, 30, false),
+            want: vec![("NoDeadLetter", Warning)],
+        },
+        Case {
+            name: "dead-letter sink instead of a redrive policy",
+            fixture: fixtures::ASSUME_ROLE,
+            edit: none,
+            attrs: attrs(false, 60, false),
+            want: vec![],
+        },
+        Case {
+            name: "queue visibility below the slowest http sink",
+            fixture: fixtures::ASSUME_ROLE,
+            edit: none,
+            attrs: attrs(false, 29, false),
+            want: vec![("VisibilityTimeoutTooShort", Error)],
+        },
+        Case {
+            name: "exactlyOnce: spec visibility 120 covers 2 x 30 + 10",
+            fixture: fixtures::EXACTLY_ONCE_SECRET,
+            edit: none,
+            attrs: attrs(true, 5, true),
+            want: vec![],
+        },
+        Case {
+            name: "exactlyOnce: spec visibility too short for the interval",
+            fixture: fixtures::EXACTLY_ONCE_SECRET,
+            edit: |s| s.receive.visibility_timeout_seconds = Some(69),
+            attrs: attrs(true, 600, true),
+            want: vec![("VisibilityTimeoutTooShort", Error)],
+        },
+        Case {
+            name: "everything wrong at once",
+            fixture: fixtures::EXACTLY_ONCE_SECRET,
+            edit: |s| s.receive.visibility_timeout_seconds = None,
+            attrs: attrs(false, 30, false),
+            want: vec![
+                ("FifoMismatch", Error),
+                ("VisibilityTimeoutTooShort", Error),
+                ("NoDeadLetter", Warning),
+            ],
+        },
+    ];
+    for case in cases {
+        let mut spec = fixtures::source(case.fixture).spec;
+        (case.edit)(&mut spec);
+        let got = check_queue(&spec, 0, "q", &case.attrs);
+        assert_eq!(reasons(&got), case.want, "{}", case.name);
+    }
+}
+
+#[test]
+fn visibility_messages_say_which_value_to_raise() {
+    let mut spec = fixtures::source(fixtures::EXACTLY_ONCE_SECRET).spec;
+    spec.receive.visibility_timeout_seconds = Some(50);
+    let got = check_queue(&spec, 0, "payments.fifo", &attrs(true, 600, true));
+    assert_eq!(got.len(), 1);
+    let message = &got[0].message;
+    assert!(message.contains("raise spec.receive.visibilityTimeoutSeconds to at least 70"), "{message}");
+    assert!(message.contains("lower spec.delivery.checkpointIntervalSeconds to 20"), "{message}");
+
+    spec.receive.visibility_timeout_seconds = None;
+    let got = check_queue(&spec, 0, "payments.fifo", &attrs(true, 30, true));
+    assert!(got[0].message.contains("raise the queue's VisibilityTimeout to at least 70"));
+}
+
+#[test]
+fn required_visibility_per_guarantee() {
+    let basic = fixtures::source(fixtures::BASIC).spec;
+    assert_eq!(required_visibility(&basic).0, MIN_VISIBILITY_SECONDS);
+    let http = fixtures::source(fixtures::ASSUME_ROLE).spec;
+    assert_eq!(required_visibility(&http).0, 30);
+    let exactly = fixtures::source(fixtures::EXACTLY_ONCE_SECRET).spec;
+    assert_eq!(required_visibility(&exactly).0, 70);
+}
+
+#[test]
+fn an_index_outside_the_spec_finds_nothing() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    assert!(check_queue(&spec, 9, "q", &attrs(true, 0, false)).is_empty());
+}

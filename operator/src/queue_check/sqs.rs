@@ -1,0 +1,229 @@
+//! The AWS side of the queue check: `GetQueueAttributes` (and `GetQueueUrl` for queues given by
+//! name), with one SQS client per endpoint and region.
+//!
+//! Why a client cache: building a client resolves credentials and opens a connection pool;
+//! sources that share an endpoint (every LocalStack source, every source of one region) share one.
+//! Every call is bounded by a timeout so a black-holed endpoint delays only its own source.
+//! The operator calls AWS with its own identity (IRSA or Pod Identity of the operator pod), not
+//! with the readers' credentials, which it never reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::config::Region;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::QueueAttributeName;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use sluice_crds::QueueRef;
+
+use super::{QueueAttributes, QueueError, QueueInspector};
+
+/// Upper bound on one AWS call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+type ClientKey = (Option<String>, Option<String>);
+
+/// Inspects queues with the AWS SDK.
+#[derive(Clone)]
+pub struct SqsInspector {
+    base: aws_config::SdkConfig,
+    clients: Arc<Mutex<HashMap<ClientKey, Client>>>,
+}
+
+impl SqsInspector {
+    /// `base` is the operator's AWS configuration (the default chain).
+    pub fn new(base: aws_config::SdkConfig) -> Self {
+        Self {
+            base,
+            clients: Arc::default(),
+        }
+    }
+
+    /// The cached client for an endpoint override and a region.
+    pub fn client(&self, endpoint: Option<&str>, region: Option<&str>) -> Client {
+        let key = (endpoint.map(str::to_owned), region.map(str::to_owned));
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        clients
+            .entry(key)
+            .or_insert_with(|| {
+                let mut config = aws_sdk_sqs::config::Builder::from(&self.base);
+                if let Some(endpoint) = endpoint {
+                    config = config.endpoint_url(endpoint);
+                }
+                if let Some(region) = region {
+                    config = config.region(Region::new(region.to_owned()));
+                }
+                Client::from_conf(config.build())
+            })
+            .clone()
+    }
+
+    async fn inspect_queue(&self, queue: &QueueRef) -> Result<QueueAttributes, QueueError> {
+        let region = queue
+            .region
+            .clone()
+            .or_else(|| queue.url.as_deref().and_then(region_of_url));
+        let client = self.client(queue.endpoint.as_deref(), region.as_deref());
+        let url = match (&queue.url, &queue.name) {
+            (Some(url), _) => url.clone(),
+            (None, Some(name)) => {
+                let call = client.get_queue_url().queue_name(name).send();
+                let out = bounded(call).await?.map_err(|e| {
+                    if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
+                        QueueError::DoesNotExist
+                    } else {
+                        classify(&e)
+                    }
+                })?;
+                out.queue_url()
+                    .map(str::to_owned)
+                    .ok_or_else(|| QueueError::Unavailable("GetQueueUrl returned no url".into()))?
+            }
+            (None, None) => return Err(QueueError::Unavailable("no url or name".into())),
+        };
+        let call = client
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::All)
+            .send();
+        let out = bounded(call).await?.map_err(|e| {
+            if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
+                QueueError::DoesNotExist
+            } else {
+                classify(&e)
+            }
+        })?;
+        let empty = HashMap::new();
+        Ok(parse_attributes(url, out.attributes().unwrap_or(&empty)))
+    }
+}
+
+impl QueueInspector for SqsInspector {
+    fn inspect<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueAttributes, QueueError>> {
+        self.inspect_queue(queue).boxed()
+    }
+}
+
+async fn bounded<T>(call: impl Future<Output = T>) -> Result<T, QueueError> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| QueueError::Unavailable(format!("no answer from SQS within {CALL_TIMEOUT:?}")))
+}
+
+/// Sorts an SDK error into "not there", "not allowed" and "try again".
+fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+) -> QueueError {
+    let text = aws_sdk_sqs::error::DisplayErrorContext(e).to_string();
+    match e.code() {
+        Some(code) if code.contains("NonExistentQueue") || code.contains("QueueDoesNotExist") => {
+            QueueError::DoesNotExist
+        }
+        Some(code)
+            if code.contains("AccessDenied")
+                || code.contains("InvalidClientTokenId")
+                || code.contains("SignatureDoesNotMatch")
+                || code.contains("UnrecognizedClient") =>
+        {
+            QueueError::Denied(text)
+        }
+        _ => QueueError::Unavailable(text),
+    }
+}
+
+/// Reads the attributes the checks need; missing or malformed numbers count as 0.
+pub fn parse_attributes(
+    url: String,
+    attributes: &HashMap<QueueAttributeName, String>,
+) -> QueueAttributes {
+    let number = |name: QueueAttributeName| {
+        attributes
+            .get(&name)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    QueueAttributes {
+        fifo: attributes
+            .get(&QueueAttributeName::FifoQueue)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        visibility_timeout_seconds: number(QueueAttributeName::VisibilityTimeout),
+        redrive_policy: attributes
+            .get(&QueueAttributeName::RedrivePolicy)
+            .filter(|v| !v.is_empty())
+            .cloned(),
+        maximum_message_size: number(QueueAttributeName::MaximumMessageSize),
+        visible: number(QueueAttributeName::ApproximateNumberOfMessages),
+        in_flight: number(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        delayed: number(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        url,
+    }
+}
+
+/// The region in an SQS URL: `sqs.REGION.amazonaws.com` hosts, or LocalStack's
+/// `/queue/REGION/ACCOUNT/NAME` paths.
+pub fn region_of_url(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let aws_region = host.strip_prefix("sqs.").and_then(|h| {
+        h.strip_suffix(".amazonaws.com")
+            .or_else(|| h.strip_suffix(".amazonaws.com.cn"))
+    });
+    if let Some(region) = aws_region
+        && !region.is_empty()
+        && !region.contains('.')
+    {
+        return Some(region.to_owned());
+    }
+    let mut segments = path.split('/');
+    if segments.next() == Some("queue")
+        && let Some(region) = segments.next()
+        && region.contains('-')
+    {
+        return Some(region.to_owned());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_from_aws_and_localstack_urls() {
+        let cases = [
+            ("https://sqs.eu-west-1.amazonaws.com/123/orders", Some("eu-west-1")),
+            ("http://127.0.0.1:4566/queue/us-east-2/000000000000/q", Some("us-east-2")),
+            ("http://127.0.0.1:4566/000000000000/q", None),
+            ("https://sqs.amazonaws.com.evil/1/q", None),
+            ("", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(region_of_url(url).as_deref(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn attributes_are_parsed_leniently() {
+        let attrs = HashMap::from([
+            (QueueAttributeName::FifoQueue, "true".to_owned()),
+            (QueueAttributeName::VisibilityTimeout, "45".to_owned()),
+            (QueueAttributeName::ApproximateNumberOfMessages, "12".to_owned()),
+            (QueueAttributeName::ApproximateNumberOfMessagesNotVisible, "x".to_owned()),
+            (QueueAttributeName::RedrivePolicy, String::new()),
+            (QueueAttributeName::MaximumMessageSize, "262144".to_owned()),
+        ]);
+        let parsed = parse_attributes("u".into(), &attrs);
+        assert!(parsed.fifo);
+        assert_eq!(parsed.visibility_timeout_seconds, 45);
+        assert_eq!(parsed.visible, 12);
+        assert_eq!(parsed.in_flight, 0);
+        assert_eq!(parsed.redrive_policy, None);
+        assert_eq!(parsed.maximum_message_size, 262_144);
+    }
+}
