@@ -1,0 +1,195 @@
+//! An HTTP sink for tests and the demo: accepts CloudEvents binary-mode POSTs and counts what arrives.
+//!
+//! Why: the delivery guarantees are claims about what a sink sees. At-least-once means every sent
+//! message shows up at least once (distinct ids = sent); exactly-once means no id shows up twice
+//! (duplicates = 0). This server keeps both figures, keyed by `ce-id` (the SQS MessageId), so a test or
+//! the demo can check them instead of trusting the reader's own metrics. It binds wherever it is told
+//! (tests pass `127.0.0.1:0`) and keeps every event in memory in arrival order.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// One accepted CloudEvent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// `ce-id`: the SQS MessageId.
+    pub id: String,
+    /// `ce-source`: the queue URL.
+    pub source: Option<String>,
+    /// `ce-type`.
+    pub event_type: Option<String>,
+    /// The request body: the message payload.
+    pub body: Bytes,
+}
+
+/// What the sink has seen so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Requests accepted (2xx), duplicates included.
+    pub accepted: u64,
+    /// Distinct `ce-id` values accepted.
+    pub distinct: u64,
+    /// Accepted requests whose `ce-id` had been accepted before.
+    pub duplicates: u64,
+    /// Requests refused with 400 because they were not binary-mode CloudEvents.
+    pub rejected: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    record: Mutex<Record>,
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Record {
+    times_seen: HashMap<String, u64>,
+    events: Vec<Event>,
+    stats: SinkStats,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Record> {
+        // A panic while holding the lock leaves plain counters behind, still worth reading.
+        self.record.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A running sink; stop it with [`SinkServer::stop`] (dropping it leaves the server running until the
+/// runtime ends).
+pub struct SinkServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl SinkServer {
+    /// Binds `addr` (`127.0.0.1:0` picks a free port) and starts serving.
+    pub async fn start(addr: &str) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let shutdown = CancellationToken::new();
+        let app = Router::new().fallback(accept).with_state(shared.clone());
+        let task = tokio::spawn(
+            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future(),
+        );
+        Ok(Self { addr, shared, shutdown, task })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL to give a reader's HTTP sink.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SinkStats {
+        self.shared.lock().stats
+    }
+
+    /// Accepted events from position `start` on, in arrival order (pass the count already read).
+    pub fn events_from(&self, start: usize) -> Vec<Event> {
+        self.shared.lock().events.get(start..).map(<[Event]>::to_vec).unwrap_or_default()
+    }
+
+    /// Every accepted event, in arrival order.
+    pub fn events(&self) -> Vec<Event> {
+        self.events_from(0)
+    }
+
+    /// Waits until `distinct` different ids have arrived; fails with the figures seen after `timeout`.
+    pub async fn wait_for_distinct(&self, distinct: u64, timeout: Duration) -> Result<SinkStats> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.shared.changed.notified();
+            let stats = self.stats();
+            if stats.distinct >= distinct {
+                return Ok(stats);
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                bail!("sink saw {} distinct ids within {timeout:?}, expected {distinct}: {stats:?}", stats.distinct);
+            }
+        }
+    }
+
+    /// Stops accepting, finishes requests in progress, and returns the final counters.
+    pub async fn stop(self) -> Result<SinkStats> {
+        self.shutdown.cancel();
+        let stats = self.shared.clone();
+        self.task.await.context("sink server task panicked")?.context("sink server failed")?;
+        Ok(stats.lock().stats)
+    }
+}
+
+async fn accept(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> (StatusCode, &'static str) {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (Some(id), Some("1.0")) = (header("ce-id"), header("ce-specversion").as_deref()) else {
+        shared.lock().stats.rejected += 1;
+        return (StatusCode::BAD_REQUEST, "expected a CloudEvents 1.0 binary-mode request (ce-id, ce-specversion)\n");
+    };
+    let event = Event { id, source: header("ce-source"), event_type: header("ce-type"), body };
+    {
+        let mut record = shared.lock();
+        let seen = record.times_seen.entry(event.id.clone()).or_default();
+        *seen += 1;
+        let duplicate = *seen > 1;
+        record.stats.accepted += 1;
+        if duplicate {
+            record.stats.duplicates += 1;
+        } else {
+            record.stats.distinct += 1;
+        }
+        record.events.push(event);
+    }
+    shared.changed.notify_waiters();
+    (StatusCode::OK, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn post(client: &reqwest::Client, url: &str, id: Option<&str>) -> StatusCode {
+        let mut request = client.post(url).body("payload");
+        if let Some(id) = id {
+            request = request.header("ce-id", id).header("ce-specversion", "1.0").header("ce-type", "t");
+        }
+        StatusCode::from_u16(request.send().await.expect("request sent").status().as_u16()).expect("status")
+    }
+
+    #[tokio::test]
+    async fn counts_distinct_ids_and_duplicates_and_rejects_non_events() {
+        let sink = SinkServer::start("127.0.0.1:0").await.expect("bound");
+        let client = reqwest::Client::new();
+        for id in ["a", "b", "a"] {
+            assert_eq!(post(&client, &sink.url(), Some(id)).await, StatusCode::OK);
+        }
+        assert_eq!(post(&client, &sink.url(), None).await, StatusCode::BAD_REQUEST);
+
+        let stats = sink.wait_for_distinct(2, Duration::from_secs(5)).await.expect("two ids");
+        assert_eq!(stats, SinkStats { accepted: 3, distinct: 2, duplicates: 1, rejected: 1 });
+        let events = sink.events();
+        assert_eq!(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["a", "b", "a"]);
+        assert_eq!(events[0].body, Bytes::from_static(b"payload"));
+        assert_eq!(sink.events_from(2).len(), 1);
+        assert!(sink.wait_for_distinct(3, Duration::from_millis(100)).await.is_err());
+        assert_eq!(sink.stop().await.expect("stopped").accepted, 3);
+    }
+}
