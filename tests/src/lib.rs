@@ -1,3 +1,4 @@
 #![forbid(unsafe_code)]
 //! Test harness.
 pub mod localstack;
+pub mod sinkserver;
