@@ -12,14 +12,37 @@ use futures::future::BoxFuture;
 
 use crate::record::Record;
 
+mod aws_error;
+pub mod build;
+pub mod cloudevents;
+pub mod dead_letter;
+pub mod http;
+pub mod log;
+pub mod retry;
+pub mod route;
+pub mod s3;
+mod s3_layout;
+pub mod sqs;
+pub mod stats;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use build::{RoutedSink, SinkBuildError, SinkContext, Sinks, build, build_all};
+pub use dead_letter::DeadLetter;
+pub use stats::SinkStats;
+
 /// The final word of a sink on one record, after its own retries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
     /// Non-transient: retrying will not help (HTTP 4xx other than 408/429, a malformed record).
-    Rejected { reason: String },
+    Rejected {
+        reason: String,
+    },
     /// Transient and retries exhausted (connect error, timeout, 5xx, 429).
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 /// How a sink takes part in the checkpoint protocol (DESIGN.md section 3).
@@ -49,6 +72,12 @@ pub trait Sink: Send + Sync {
 
     fn epoch_support(&self) -> EpochSupport {
         EpochSupport::None
+    }
+
+    /// Counters the sink keeps (retries, requests), for the reader's metrics; `None` for sinks
+    /// that make no requests.
+    fn stats(&self) -> Option<Arc<SinkStats>> {
+        None
     }
 
     /// Make what was delivered in `epoch` durable, not yet visible. Called before the reader acks.

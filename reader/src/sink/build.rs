@@ -1,0 +1,234 @@
+//! From the spec's `sinks` and `deadLetterSink` to running sinks.
+//!
+//! Why here and not in the pipeline: each kind validates its own fields (URLs, header names,
+//! bucket) while it is built, so a bad spec fails before the reader receives anything, with a
+//! message that names the field to change (`spec.sinks[0].http.url: not a valid URL: ...`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use sluice_crds::{RetrySpec, RouteSpec, SinkSpec};
+
+use super::dead_letter::DeadLetter;
+use super::http::HttpSink;
+use super::log::LogSink;
+use super::retry::RetryPolicy;
+use super::s3::S3Sink;
+use super::sqs::SqsSink;
+use super::{Sink, route};
+use crate::record::Record;
+
+/// What building a sink needs besides its spec.
+#[derive(Clone, Debug)]
+pub struct SinkContext {
+    /// This reader's identity (the pod name; any stable name standalone). Scopes s3 keys.
+    pub reader_id: String,
+    /// `spec.delivery.retry`.
+    pub retry: RetrySpec,
+    /// Loaded once by the reader (`aws_config::load_defaults`); sinks apply their own
+    /// `endpoint` and `region` over it.
+    pub aws: aws_config::SdkConfig,
+}
+
+/// A spec field that cannot work, and why. `field` is a path such as `spec.sinks[0].http.url`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SinkBuildError {
+    pub field: String,
+    pub message: String,
+}
+
+impl SinkBuildError {
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
+        Self { field: field.to_owned(), message: message.into() }
+    }
+
+    /// The same error with its field placed under `parent` (`spec.sinks[2]`).
+    pub fn within(self, parent: &str) -> Self {
+        let field =
+            if self.field.is_empty() { parent.to_owned() } else { format!("{parent}.{}", self.field) };
+        Self { field, ..self }
+    }
+}
+
+/// Build one sink; errors name fields relative to the sink (`http.url`), see `build_all`.
+pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBuildError> {
+    let policy = RetryPolicy::from_spec(&ctx.retry);
+    let name = spec.name.as_str();
+    if name.is_empty() {
+        return Err(SinkBuildError::new("name", "must not be empty"));
+    }
+    let sink: Arc<dyn Sink> = match (&spec.http, &spec.sqs, &spec.s3, &spec.log) {
+        (Some(http), None, None, None) => Arc::new(HttpSink::new(name, http, policy)?),
+        (None, Some(sqs), None, None) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
+        (None, None, Some(s3), None) => Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?),
+        (None, None, None, Some(log)) => Arc::new(LogSink::new(name, log)),
+        _ => return Err(SinkBuildError::new("", "exactly one of http, sqs, s3, log must be set")),
+    };
+    Ok(sink)
+}
+
+/// A built sink and the route that selects its records.
+pub struct RoutedSink {
+    pub sink: Arc<dyn Sink>,
+    pub route: Option<RouteSpec>,
+}
+
+/// Every sink of a source.
+pub struct Sinks {
+    pub sinks: Vec<RoutedSink>,
+    pub dead_letter: Option<DeadLetter>,
+}
+
+impl Sinks {
+    /// Indexes into `sinks` of the sinks that take `record` (see `route`).
+    pub fn targets(&self, record: &Record) -> Vec<usize> {
+        route::targets(self.sinks.iter().map(|s| s.route.as_ref()), record)
+    }
+}
+
+/// Build `spec.sinks` and `spec.deadLetterSink`, naming fields from `spec.`.
+pub fn build_all(
+    sinks: &[SinkSpec],
+    dead_letter: Option<&SinkSpec>,
+    ctx: &SinkContext,
+) -> Result<Sinks, SinkBuildError> {
+    if sinks.is_empty() {
+        return Err(SinkBuildError::new("spec.sinks", "at least one sink is required"));
+    }
+    let mut names = BTreeSet::new();
+    let mut built = Vec::with_capacity(sinks.len());
+    for (i, spec) in sinks.iter().enumerate() {
+        let at = format!("spec.sinks[{i}]");
+        if !names.insert(spec.name.as_str()) {
+            return Err(
+                SinkBuildError::new("name", format!("{:?} is used by another sink", spec.name)).within(&at)
+            );
+        }
+        let sink = build(spec, ctx).map_err(|e| e.within(&at))?;
+        built.push(RoutedSink { sink, route: spec.route.clone() });
+    }
+    let dead_letter = match dead_letter {
+        None => None,
+        Some(spec) => {
+            let at = "spec.deadLetterSink";
+            if spec.s3.is_some() || spec.log.is_some() {
+                return Err(SinkBuildError::new("", "a dead-letter sink must be http or sqs").within(at));
+            }
+            if spec.route.is_some() {
+                return Err(
+                    SinkBuildError::new("route", "a dead-letter sink takes every rejected record").within(at)
+                );
+            }
+            Some(DeadLetter::new(build(spec, ctx).map_err(|e| e.within(at))?))
+        }
+    };
+    Ok(Sinks { sinks: built, dead_letter })
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{HttpSinkSpec, LogSinkSpec, S3SinkSpec, SqsSinkSpec};
+
+    use super::*;
+    use crate::sink::EpochSupport;
+
+    fn ctx() -> SinkContext {
+        let aws = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        SinkContext { reader_id: "reader-0".into(), retry: RetrySpec::default(), aws }
+    }
+
+    fn sink(name: &str) -> SinkSpec {
+        SinkSpec { name: name.into(), http: None, sqs: None, s3: None, log: None, route: None }
+    }
+
+    fn http(name: &str, url: &str) -> SinkSpec {
+        let spec = HttpSinkSpec {
+            url: url.into(),
+            timeout_ms: 1000,
+            concurrency: 4,
+            headers: Default::default(),
+            event_type: "t".into(),
+        };
+        SinkSpec { http: Some(spec), ..sink(name) }
+    }
+
+    fn sqs(name: &str, url: &str) -> SinkSpec {
+        SinkSpec {
+            sqs: Some(SqsSinkSpec {
+                queue_url: url.into(),
+                endpoint: None,
+                region: None,
+                message_group_id: None,
+            }),
+            ..sink(name)
+        }
+    }
+
+    fn log(name: &str) -> SinkSpec {
+        SinkSpec { log: Some(LogSinkSpec::default()), ..sink(name) }
+    }
+
+    #[test]
+    fn builds_every_kind_with_its_epoch_support() {
+        let s3 = S3SinkSpec { bucket: "out".into(), prefix: "p".into(), endpoint: None, region: None };
+        let specs = vec![
+            http("h", "http://127.0.0.1:9/x"),
+            sqs("q", "http://127.0.0.1:4566/queue/us-east-1/000000000000/out.fifo"),
+            sqs("std", "http://127.0.0.1:4566/queue/us-east-1/000000000000/out"),
+            SinkSpec { s3: Some(s3), ..sink("s") },
+            log("l"),
+        ];
+        let dl = sqs("dl", "http://127.0.0.1:4566/queue/us-east-1/000000000000/dlq");
+        let built = build_all(&specs, Some(&dl), &ctx()).unwrap();
+        let support: Vec<_> = built.sinks.iter().map(|s| (s.sink.name(), s.sink.epoch_support())).collect();
+        assert_eq!(
+            support,
+            vec![
+                ("h", EpochSupport::Idempotent),
+                ("q", EpochSupport::Idempotent),
+                ("std", EpochSupport::None),
+                ("s", EpochSupport::Transactional),
+                ("l", EpochSupport::None),
+            ]
+        );
+        assert_eq!(built.dead_letter.unwrap().sink().name(), "dl");
+    }
+
+    #[test]
+    fn a_malformed_url_names_the_field() {
+        let err = build_all(&[log("l"), http("h", "not a url")], None, &ctx()).err().unwrap();
+        assert_eq!(err.field, "spec.sinks[1].http.url");
+        assert!(err.to_string().starts_with("spec.sinks[1].http.url: not a valid URL"), "{err}");
+        let err = build_all(&[sqs("q", "queue")], None, &ctx()).err().unwrap();
+        assert_eq!(err.field, "spec.sinks[0].sqs.queueUrl");
+        let err = build_all(&[log("l")], Some(&http("dl", "http://")), &ctx()).err().unwrap();
+        assert_eq!(err.field, "spec.deadLetterSink.http.url");
+    }
+
+    #[test]
+    fn kinds_names_and_dead_letter_kinds_are_checked() {
+        let both = SinkSpec { log: Some(LogSinkSpec::default()), ..http("x", "http://127.0.0.1:9/") };
+        let err = build_all(&[both], None, &ctx()).err().unwrap();
+        assert_eq!(err.to_string(), "spec.sinks[0]: exactly one of http, sqs, s3, log must be set");
+        let err = build_all(&[log("a"), log("a")], None, &ctx()).err().unwrap();
+        assert_eq!(err.field, "spec.sinks[1].name");
+        let err = build_all(&[log("a")], Some(&log("dl")), &ctx()).err().unwrap();
+        assert_eq!(err.field, "spec.deadLetterSink");
+        assert_eq!(build_all(&[], None, &ctx()).err().unwrap().field, "spec.sinks");
+    }
+
+    #[test]
+    fn routes_pick_sinks() {
+        let mut routed = log("orders");
+        routed.route = Some(RouteSpec { attribute: "kind".into(), values: vec!["order".into()] });
+        let built = build_all(&[log("all"), routed], None, &ctx()).unwrap();
+        let mut r = crate::sink::testing::record("m");
+        assert_eq!(built.targets(&r), vec![0]);
+        r.message_attributes.insert("kind".into(), "order".into());
+        assert_eq!(built.targets(&r), vec![0, 1]);
+    }
+}

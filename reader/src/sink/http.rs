@@ -1,0 +1,238 @@
+//! The `http` sink: one CloudEvents 1.0 binary-mode POST per record.
+//!
+//! Why one request per record: binary mode carries one event per request, and `ce-id` (= the SQS
+//! MessageId, also sent as `Idempotency-Key`) is what lets a receiver deduplicate redeliveries.
+//! That is also the whole of this sink's exactly-once story: it is `Idempotent`, which is
+//! exactly-once only for receivers that deduplicate on `ce-id`.
+//!
+//! Concurrency is capped per sink, across all `deliver` calls, by a semaphore of
+//! `spec.concurrency` permits; a permit is held for one attempt only, never across a back-off
+//! sleep, so a slow retry does not starve healthy records. Redirects are not followed: a 3xx is an
+//! answer the sink cannot act on, so it is non-transient.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::{BoxFuture, join_all};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{Client, Url};
+use sluice_crds::HttpSinkSpec;
+use tokio::sync::Semaphore;
+
+use super::build::SinkBuildError;
+use super::retry::{AttemptError, Class, RetryPolicy, parse_retry_after};
+use super::stats::SinkStats;
+use super::{EpochSupport, Outcome, Sink, cloudevents};
+use crate::record::Record;
+
+/// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).
+const REASON_BODY_BYTES: usize = 256;
+
+pub struct HttpSink {
+    name: String,
+    client: Client,
+    url: Url,
+    event_type: String,
+    extra_headers: HeaderMap,
+    limit: Semaphore,
+    timeout: Duration,
+    policy: RetryPolicy,
+    stats: Arc<SinkStats>,
+}
+
+impl HttpSink {
+    /// Errors name the offending field relative to the sink (`http.url`, `http.headers.X`).
+    pub fn new(name: &str, spec: &HttpSinkSpec, policy: RetryPolicy) -> Result<Self, SinkBuildError> {
+        let url = parse_http_url(&spec.url).map_err(|m| SinkBuildError::new("http.url", m))?;
+        let mut extra_headers = HeaderMap::new();
+        for (key, value) in &spec.headers {
+            let field = format!("http.headers.{key}");
+            let name = HeaderName::try_from(key.as_str())
+                .map_err(|e| SinkBuildError::new(&field, format!("not a valid header name: {e}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|e| SinkBuildError::new(&field, format!("not a valid header value: {e}")))?;
+            extra_headers.insert(name, value);
+        }
+        if spec.concurrency == 0 {
+            return Err(SinkBuildError::new("http.concurrency", "must be at least 1"));
+        }
+        if spec.timeout_ms == 0 {
+            return Err(SinkBuildError::new("http.timeoutMs", "must be at least 1"));
+        }
+        let concurrency = usize::try_from(spec.concurrency).unwrap_or(usize::MAX);
+        let client = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(concurrency)
+            .build()
+            .map_err(|e| SinkBuildError::new("http", format!("cannot build an HTTP client: {e}")))?;
+        Ok(Self {
+            name: name.to_owned(),
+            client,
+            url,
+            event_type: spec.event_type.clone(),
+            extra_headers,
+            limit: Semaphore::new(concurrency.min(Semaphore::MAX_PERMITS)),
+            timeout: Duration::from_millis(spec.timeout_ms),
+            policy,
+            stats: Arc::default(),
+        })
+    }
+
+    async fn deliver_one(&self, record: &Record) -> Outcome {
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.attempt(record).await {
+                Ok(()) => return Outcome::Delivered,
+                Err(error) => error,
+            };
+            let reason = error.reason;
+            match self.policy.classify(&error.kind) {
+                Class::Permanent => return Outcome::Rejected { reason },
+                Class::Transient { hint } => {
+                    let Some(delay) =
+                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
+                    else {
+                        let reason = format!("{reason} (gave up after {attempt} attempts)");
+                        return Outcome::Failed { reason };
+                    };
+                    tracing::debug!(sink = %self.name, message_id = %record.message_id, %reason, ?delay, "retrying");
+                    self.stats.record_retry();
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// One POST under one concurrency permit.
+    async fn attempt(&self, record: &Record) -> Result<(), Failure> {
+        let _permit = self.limit.acquire().await.map_err(|_| Failure::closed())?;
+        let started = Instant::now();
+        let mut headers = cloudevents::headers(record, &self.event_type);
+        headers.extend(self.extra_headers.clone());
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .timeout(self.timeout)
+            .body(record.body.clone())
+            .send()
+            .await;
+        let result = match sent {
+            Err(e) => Err(Failure::from_reqwest(&e)),
+            Ok(response) => {
+                let status = response.status();
+                let retry_after = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| parse_retry_after(v, now_ms()));
+                // Reading the body lets the connection go back to the pool.
+                let body = response.bytes().await.unwrap_or_default();
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    let snippet = String::from_utf8_lossy(&body[..body.len().min(REASON_BODY_BYTES)]);
+                    let reason = format!("HTTP {status} from {}: {}", self.url, snippet.trim());
+                    Err(Failure { kind: AttemptError::Status { code: status.as_u16(), retry_after }, reason })
+                }
+            }
+        };
+        self.stats.record_request(started.elapsed());
+        result
+    }
+}
+
+impl Sink for HttpSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>> {
+        Box::pin(join_all(records.iter().map(|r| self.deliver_one(r))))
+    }
+
+    fn epoch_support(&self) -> EpochSupport {
+        EpochSupport::Idempotent
+    }
+
+    fn stats(&self) -> Option<Arc<SinkStats>> {
+        Some(self.stats.clone())
+    }
+}
+
+struct Failure {
+    kind: AttemptError,
+    reason: String,
+}
+
+impl Failure {
+    fn from_reqwest(e: &reqwest::Error) -> Self {
+        let kind = if e.is_timeout() {
+            AttemptError::Timeout
+        } else if e.is_connect() {
+            AttemptError::Connect
+        } else {
+            AttemptError::Io
+        };
+        Self { kind, reason: format!("{e:#}") }
+    }
+
+    fn closed() -> Self {
+        Self { kind: AttemptError::Io, reason: "sink is shutting down".into() }
+    }
+}
+
+/// An absolute `http` or `https` URL with a host.
+pub fn parse_http_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| format!("not a valid URL: {e}: {raw:?}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme must be http or https, not {:?}: {raw:?}", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("the URL has no host: {raw:?}"));
+    }
+    Ok(url)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_validation_names_the_problem() {
+        assert!(parse_http_url("http://127.0.0.1:8080/events").is_ok());
+        assert!(parse_http_url("https://sink.example/x").is_ok());
+        assert!(parse_http_url("not a url").unwrap_err().contains("not a valid URL"));
+        assert!(parse_http_url("ftp://host/x").unwrap_err().contains("scheme"));
+        assert!(parse_http_url("http://").unwrap_err().contains("not a valid URL"));
+    }
+
+    #[test]
+    fn bad_spec_fields_are_named() {
+        let spec = |url: &str| HttpSinkSpec {
+            url: url.into(),
+            timeout_ms: 100,
+            concurrency: 1,
+            headers: Default::default(),
+            event_type: "t".into(),
+        };
+        let policy = RetryPolicy::from_spec(&Default::default());
+        let err = HttpSink::new("h", &spec("::"), policy.clone()).err().unwrap();
+        assert_eq!(err.field, "http.url");
+        let mut bad_header = spec("http://127.0.0.1:1/");
+        bad_header.headers.insert("bad header".into(), "v".into());
+        let err = HttpSink::new("h", &bad_header, policy.clone()).err().unwrap();
+        assert_eq!(err.field, "http.headers.bad header");
+        let zero = HttpSinkSpec { concurrency: 0, ..spec("http://127.0.0.1:1/") };
+        assert_eq!(HttpSink::new("h", &zero, policy).err().unwrap().field, "http.concurrency");
+    }
+}

@@ -1,0 +1,91 @@
+//! Where the `s3` sink puts an epoch's output, and what one line of it holds.
+//!
+//! Why a layout of its own: the key is part of the exactly-once protocol, not a detail. An
+//! epoch's output lives under `<prefix>/<reader>/epoch-<E>/`, so the sink (or whoever finishes a
+//! dead reader's epoch) can find that epoch's pending uploads by listing one prefix; the object
+//! name carries an incarnation (the process that wrote it) so a restarted reader with the same
+//! identity never writes over, or completes by mistake, what an earlier process left behind.
+//! Epochs are zero-padded so a listing sorts them in order.
+//!
+//! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
+//! `groupId`, `attributes` (message attributes) and `body` (the body as text).
+
+use serde_json::json;
+
+use crate::record::Record;
+
+/// `<prefix>/<reader>/epoch-<E>/`, the listing prefix of one reader's epoch.
+pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() {
+        format!("{reader}/epoch-{epoch:020}/")
+    } else {
+        format!("{prefix}/{reader}/epoch-{epoch:020}/")
+    }
+}
+
+/// The object one incarnation of a reader writes for one epoch.
+pub fn object_key(prefix: &str, reader: &str, epoch: u64, incarnation: &str) -> String {
+    format!("{}{incarnation}.jsonl", epoch_prefix(prefix, reader, epoch))
+}
+
+/// A fresh incarnation id: hex milliseconds (so incarnations sort by start time) and randomness.
+pub fn new_incarnation(now_ms: u64) -> String {
+    format!("{now_ms:012x}-{:08x}", fastrand::u32(..))
+}
+
+/// Append `record` as one JSON line to `out`.
+pub fn append_line(out: &mut Vec<u8>, record: &Record) {
+    let line = json!({
+        "messageId": record.message_id,
+        "queue": &*record.queue_url,
+        "epoch": record.epoch,
+        "sentTimestamp": record.sent_timestamp_ms,
+        "groupId": record.group_id,
+        "attributes": record.message_attributes,
+        "body": String::from_utf8_lossy(&record.body),
+    });
+    // Writing a Value built from strings and numbers into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, &line).unwrap_or_default();
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::testing::record;
+
+    #[test]
+    fn keys_group_by_reader_and_epoch() {
+        assert_eq!(epoch_prefix("out/", "reader-0", 7), "out/reader-0/epoch-00000000000000000007/");
+        assert_eq!(epoch_prefix("", "r", 1), "r/epoch-00000000000000000001/");
+        assert_eq!(object_key("a/b", "r", 12, "inc"), "a/b/r/epoch-00000000000000000012/inc.jsonl");
+        assert!(epoch_prefix("p", "r", 9) < epoch_prefix("p", "r", 10), "epochs sort numerically");
+    }
+
+    #[test]
+    fn incarnations_sort_by_start_time() {
+        let (a, b) = (new_incarnation(1_000), new_incarnation(2_000));
+        assert!(a < b, "{a} {b}");
+        assert_ne!(new_incarnation(5), new_incarnation(5), "same start time, different processes");
+    }
+
+    #[test]
+    fn one_json_line_per_record() {
+        let mut out = Vec::new();
+        let mut r = record("id-1");
+        r.epoch = 3;
+        r.message_attributes.insert("kind".into(), "order".into());
+        append_line(&mut out, &r);
+        append_line(&mut out, &record("id-2"));
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["messageId"], "id-1");
+        assert_eq!(lines[0]["body"], "body-id-1");
+        assert_eq!(lines[0]["epoch"], 3);
+        assert_eq!(lines[0]["attributes"]["kind"], "order");
+        assert_eq!(lines[1]["groupId"], serde_json::Value::Null);
+        assert!(text.ends_with('\n'));
+    }
+}
