@@ -1,1 +1,35 @@
-fn main() {}
+//! `sluice-reader`: parse the command line, set up logging, run, map the result to an exit code.
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sluice_reader::cli::{Args, LogFormat};
+use sluice_reader::{reader, signals, source_file, stop::Stop};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.init(),
+    }
+    let stop = Stop::new();
+    signals::drain_on_signals(stop.clone());
+    let outcome = match source_file::load(&args.source) {
+        Ok(source) => reader::run(source, args.options(), stop).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("sluice-reader: {e}");
+            e.to_exit()
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The visibility heartbeat: messages still ours are kept invisible until we are done with them.
+//!
+//! Why at half the timeout: a slow sink (retries with backoff, a large epoch under exactly-once)
+//! must not let SQS hand the message to another reader meanwhile; extending when half the
+//! timeout is left leaves the other half for the ChangeMessageVisibilityBatch call to land.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+use tokio_util::sync::CancellationToken;
+
+use crate::acker::BATCH;
+use crate::aws::error_type;
+use crate::ledger::{Ledger, Receipt, Ticket};
+use crate::metrics::Metrics;
+use crate::queues::Queue;
+
+const TICK: Duration = Duration::from_millis(500);
+
+pub struct Heartbeat {
+    pub queues: Vec<Arc<Queue>>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Heartbeat {
+    /// Beat until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => self.beat().await,
+            }
+        }
+    }
+
+    async fn beat(&self) {
+        let now = std::time::Instant::now();
+        let due = self.ledger.lock().unwrap_or_else(|e| e.into_inner()).due_for_extension(now);
+        if due.is_empty() {
+            return;
+        }
+        let mut by_queue: HashMap<(usize, u64), Vec<(Ticket, Receipt)>> = HashMap::new();
+        for (ticket, receipt, visibility) in due {
+            by_queue.entry((receipt.queue, visibility.as_secs())).or_default().push((ticket, receipt));
+        }
+        let calls = by_queue.iter().flat_map(|((queue, seconds), items)| {
+            items.chunks(BATCH).map(move |chunk| self.extend(*queue, *seconds, chunk, now))
+        });
+        futures::future::join_all(calls).await;
+    }
+
+    async fn extend(&self, queue: usize, seconds: u64, chunk: &[(Ticket, Receipt)], now: std::time::Instant) {
+        let q = &self.queues[queue];
+        let entries: Vec<_> = chunk
+            .iter()
+            .filter_map(|(t, r)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(t.to_string())
+                    .receipt_handle(&r.handle)
+                    .visibility_timeout(i32::try_from(seconds).unwrap_or(i32::MAX))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let answer = q
+            .client
+            .change_message_visibility_batch()
+            .queue_url(q.url.as_ref())
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        let failed: Vec<String> = match answer {
+            Ok(out) => out
+                .failed
+                .into_iter()
+                .map(|f| {
+                    self.metrics.error("extend", f.code);
+                    f.id
+                })
+                .collect(),
+            Err(e) => {
+                self.metrics.error("extend", error_type(&e));
+                return;
+            }
+        };
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        for (ticket, _) in chunk {
+            if !failed.contains(&ticket.to_string()) {
+                ledger.extended(*ticket, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The reader from start to exit: settings, sinks, queues, pipeline, drain.
+//!
+//! Why this order: everything that can be wrong in the spec (fields, sink URLs, queues that do
+//! not answer) is found before the first ReceiveMessage, so a bad configuration exits 2 having
+//! touched nothing. The drain runs the same steps whatever stopped the reader: stop receiving,
+//! let deliveries finish until the deadline, release what is left, flush deletes and releases.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_crds::{Guarantee, SqsSource};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::acker::Acker;
+use crate::admin::Admin;
+use crate::aws::{SqsClients, load_sdk_config};
+use crate::checkpointer::Checkpointer;
+use crate::dispatch::Dispatcher;
+use crate::error::{Error, Result};
+use crate::heartbeat::Heartbeat;
+use crate::ledger::{DeletePolicy, Ledger};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
+use crate::poller::Poller;
+use crate::settings::Settings;
+use crate::sink::{self, SinkContext};
+use crate::stop::Stop;
+use crate::{queues, sink::Sinks};
+
+/// How long GetQueueAttributes may take at start before the endpoint counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Part of the drain deadline kept for the last deletes and releases.
+const FLUSH_RESERVE: Duration = Duration::from_secs(2);
+/// Work in the air per poller, in receive batches.
+const BATCHES_PER_POLLER: usize = 4;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Coordination {
+    Standalone,
+    Kubernetes,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub admin_addr: String,
+    pub admin_addr_file: Option<PathBuf>,
+    pub shutdown_deadline: Duration,
+    /// Pod name in a cluster; any stable name standalone.
+    pub reader_id: String,
+    pub coordination: Coordination,
+}
+
+/// Run until `stop`; `Ok` after a clean drain.
+pub async fn run(source: SqsSource, options: Options, stop: Stop) -> Result<()> {
+    let settings = Settings::from_source(&source)?;
+    if options.coordination == Coordination::Kubernetes && settings.guarantee == Guarantee::ExactlyOnce {
+        return Err(Error::Other(
+            "exactlyOnce under kubernetes coordination needs the coordination layer".into(),
+        ));
+    }
+    let metrics = Arc::new(Metrics::new());
+    let admin = Admin::new(metrics.clone());
+    let (_, serving) = admin.bind(&options.admin_addr, options.admin_addr_file.as_deref()).await?;
+    let admin_stop = CancellationToken::new();
+    let admin_task = tokio::spawn(serving.run(admin_stop.clone()));
+
+    let result = run_pipeline(&settings, &options, stop, &admin, metrics).await;
+    admin_stop.cancel();
+    let _ = admin_task.await;
+    result
+}
+
+async fn run_pipeline(
+    settings: &Settings,
+    options: &Options,
+    stop: Stop,
+    admin: &Admin,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
+    let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
+    let context = SinkContext {
+        reader_id: options.reader_id.clone(),
+        retry: settings.spec.delivery.retry.clone(),
+        aws: sdk.clone(),
+    };
+    let sinks: Sinks =
+        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
+            .map_err(|e| Error::config(e.field, e.message))?;
+    let mut clients = SqsClients::new(sdk);
+    let queues = tokio::select! {
+        connected = queues::connect(settings, &mut clients, CONNECT_TIMEOUT) => connected?,
+        () = stop.stopped() => return stop.take_failure().map_or(Ok(()), Err),
+    };
+    admin.set_ready(true);
+    tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
+
+    let policy = DeletePolicy::for_guarantee(settings.guarantee);
+    let ledger = Arc::new(Mutex::new(Ledger::new(policy)));
+    let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
+    let pipeline = Arc::new(Pipeline {
+        dispatcher: Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()),
+        ledger: ledger.clone(),
+        acker: Acker::spawn(queues.clone(), ledger.clone(), metrics.clone()),
+        limiter: Arc::new(Limiter::new(settings.rate)),
+        metrics: metrics.clone(),
+        payload: settings.payload,
+        stop: stop.clone(),
+        abort: CancellationToken::new(),
+        capacity: Arc::new(Semaphore::new(capacity)),
+        deliveries: TaskTracker::new(),
+    });
+
+    let heartbeat_stop = CancellationToken::new();
+    let heartbeat = Heartbeat { queues: queues.clone(), ledger: ledger.clone(), metrics: metrics.clone() };
+    let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
+
+    let checkpoints = match (policy, settings.checkpoint_interval) {
+        (DeletePolicy::OnCommit, Some(interval)) => {
+            let checkpointer = Checkpointer::new(pipeline.clone());
+            Some(tokio::spawn(checkpointer.run(interval, stop.token().clone())))
+        }
+        _ => None,
+    };
+
+    let mut pollers = JoinSet::new();
+    let mut id = 0;
+    for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
+        for _ in 0..count {
+            let poller = Poller {
+                id,
+                queue: queue.clone(),
+                receive: settings.receive.clone(),
+                pipeline: pipeline.clone(),
+            };
+            pollers.spawn(poller.run());
+            id += 1;
+        }
+    }
+
+    stop.stopped().await;
+    let deadline = Instant::now() + options.shutdown_deadline;
+    admin.set_ready(false);
+    tracing::info!(in_flight = pipeline.lock_ledger().len(), "stopping: draining in-flight work");
+    let work_deadline =
+        deadline.checked_sub(FLUSH_RESERVE.min(options.shutdown_deadline / 4)).unwrap_or(deadline);
+
+    if tokio::time::timeout_at(work_deadline, async { while pollers.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        pollers.abort_all();
+    }
+    pipeline.deliveries.close();
+    if tokio::time::timeout_at(work_deadline, pipeline.deliveries.wait()).await.is_err() {
+        tracing::warn!("drain deadline reached: releasing deliveries still running");
+        pipeline.abort.cancel();
+        pipeline.deliveries.wait().await;
+    }
+    if let Some(task) = checkpoints
+        && let Ok(mut checkpointer) = task.await
+        && !stop.has_failed()
+    {
+        // Commit what was delivered rather than hand it back for redelivery.
+        let _ = tokio::time::timeout_at(work_deadline, checkpointer.checkpoint()).await;
+    }
+    let released = pipeline.release_all();
+    if tokio::time::timeout_at(deadline, pipeline.acker.close()).await.is_err() {
+        tracing::warn!("drain deadline reached before every delete and release was confirmed");
+    }
+    heartbeat_stop.cancel();
+    let _ = heartbeat_task.await;
+    tracing::info!(released, deleted = metrics.deleted.get(), left = pipeline.lock_ledger().len(), "drained");
+    stop.take_failure().map_or(Ok(()), Err)
+}
