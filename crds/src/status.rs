@@ -1,56 +1,78 @@
 //! What the operator observed and did, written to the status subresource.
 //!
-//! CONTRACT SKELETON (see spec.rs).
+//! Field names and types are the contract between the operator (writer) and everything that
+//! reads status (printer columns, tests, users). Conditions are a list-map keyed by `type`, so
+//! server-side apply merges one condition per field manager instead of replacing the list.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use schemars::JsonSchema;
+use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+/// Observed state of an SqsSource, written only by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SqsSourceStatus {
+    /// The `metadata.generation` this status describes. Absent until the first reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Keyed by `type`: Ready, QueueReachable, QueueConfigValid, Progressing, Degraded, Scaling,
-    /// CheckpointHealthy.
+    /// Current conditions, one per `type`: Ready, QueueReachable, QueueConfigValid, Progressing,
+    /// Degraded, Scaling, CheckpointHealthy. Default empty.
     #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+    /// Reader pods that exist (the Deployment's `status.replicas`). Default 0.
     #[serde(default)]
     pub replicas: i32,
+    /// Reader pods that are ready. Default 0.
     #[serde(default)]
     pub ready_replicas: i32,
+    /// Replica count the autoscaler last asked for. Absent until its first decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_replicas: Option<i32>,
+    /// Queue depth figures from the last GetQueueAttributes poll. Absent until the first poll.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueFigures>,
+    /// Checkpoint epoch currently open (exactlyOnce only). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_epoch: Option<u64>,
+    /// Last checkpoint epoch every live reader acknowledged (exactlyOnce only). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_epoch: Option<u64>,
+    /// Reader pods whose lease expired and that are excluded from checkpoints until they rejoin.
+    /// Default empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced_readers: Vec<String>,
+    /// Throughput measured by the readers. Absent until a reader reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<Rates>,
+    /// When the replica count last changed (RFC 3339). Absent until the first scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<String>,
+    /// Why the replica count last changed. Absent until the first scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_reason: Option<String>,
+    /// Most recent reconcile or polling error. Absent when the last attempt succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
 
-/// Summed over the source's queues, from GetQueueAttributes.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+/// Message counts summed over the source's queues, from GetQueueAttributes.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueFigures {
+    /// ApproximateNumberOfMessages: waiting to be received.
     pub visible: i64,
+    /// ApproximateNumberOfMessagesNotVisible: received, not yet deleted.
     pub in_flight: i64,
+    /// ApproximateNumberOfMessagesDelayed: sent with a delay that has not elapsed.
     pub delayed: i64,
+    /// When these figures were read (RFC 3339). Absent if unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+/// Rates measured by the readers and reported in their leases.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Rates {
     /// Messages deleted per second, summed over the readers' reports.

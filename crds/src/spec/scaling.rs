@@ -1,0 +1,107 @@
+//! How many reader replicas a source runs.
+//!
+//! The autoscaler (DESIGN.md section 4) reads these knobs; bounds keep it from being configured
+//! into a loop that polls SQS too often or never scales down.
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// Autoscaling of the reader Deployment from the queue's depth and the readers' drain rate.
+/// Default: 1 to 10 replicas, 100 messages per replica, checked every 5 s.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas")
+    .field_path(".minReplicas")
+    .message("spec.scaling.minReplicas must be <= spec.scaling.maxReplicas: lower minReplicas or raise maxReplicas"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScalingSpec {
+    /// Fewest reader replicas, 0-1000; 0 lets an idle source scale to zero. Default 1.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub min_replicas: i32,
+    /// Most reader replicas, 1-1000, at least `minReplicas`. Default 10.
+    #[serde(default = "default_max_replicas")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_replicas: i32,
+    /// Backlog (messages) one replica is expected to hold, 1-1000000000. Default 100.
+    #[serde(default = "default_target_per_replica")]
+    #[schemars(range(min = 1, max = 1_000_000_000))]
+    pub target_messages_per_replica: i64,
+    /// Backlog above which 0 replicas become 1, 0-1000000000. Default 0 (any message).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1_000_000_000))]
+    pub activation_threshold: i64,
+    /// Count in-flight messages (ApproximateNumberOfMessagesNotVisible) as backlog. Default true.
+    #[serde(default = "default_true")]
+    pub count_in_flight: bool,
+    /// Count delayed messages (ApproximateNumberOfMessagesDelayed) as backlog. Default false.
+    #[serde(default)]
+    pub count_delayed: bool,
+    /// The backlog should be cleared within this many seconds at the measured drain rate,
+    /// 1-86400. Default 60.
+    #[serde(default = "default_target_drain_seconds")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub target_drain_seconds: i32,
+    /// Most replicas added in one scaling decision, 1-1000. Default 10.
+    #[serde(default = "default_scale_up_max_step")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub scale_up_max_step: i32,
+    /// Seconds a lower replica count must be wanted before scaling down, 0-3600. Default 60.
+    #[serde(default = "default_scale_down_stabilization_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub scale_down_stabilization_seconds: i32,
+    /// Seconds of an empty queue before scaling to zero (only with `minReplicas: 0`), 0-86400.
+    /// Default 60.
+    #[serde(default = "default_idle_cooldown_seconds")]
+    #[schemars(range(min = 0, max = 86_400))]
+    pub idle_cooldown_seconds: i32,
+    /// Seconds between GetQueueAttributes calls, 1-300. Default 5.
+    #[serde(default = "default_poll_interval_seconds")]
+    #[schemars(range(min = 1, max = 300))]
+    pub poll_interval_seconds: i32,
+}
+
+fn default_min_replicas() -> i32 {
+    1
+}
+fn default_max_replicas() -> i32 {
+    10
+}
+fn default_target_per_replica() -> i64 {
+    100
+}
+fn default_true() -> bool {
+    true
+}
+fn default_target_drain_seconds() -> i32 {
+    60
+}
+fn default_scale_up_max_step() -> i32 {
+    10
+}
+fn default_scale_down_stabilization_seconds() -> i32 {
+    60
+}
+fn default_idle_cooldown_seconds() -> i32 {
+    60
+}
+fn default_poll_interval_seconds() -> i32 {
+    5
+}
+
+impl Default for ScalingSpec {
+    fn default() -> Self {
+        Self {
+            min_replicas: default_min_replicas(),
+            max_replicas: default_max_replicas(),
+            target_messages_per_replica: default_target_per_replica(),
+            activation_threshold: 0,
+            count_in_flight: true,
+            count_delayed: false,
+            target_drain_seconds: default_target_drain_seconds(),
+            scale_up_max_step: default_scale_up_max_step(),
+            scale_down_stabilization_seconds: default_scale_down_stabilization_seconds(),
+            idle_cooldown_seconds: default_idle_cooldown_seconds(),
+            poll_interval_seconds: default_poll_interval_seconds(),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Where delivered messages go.
+//!
+//! A sink is one entry with a name and exactly one kind block, rather than a tagged enum, because
+//! Kubernetes structural schemas cannot express Rust enums with data; the CEL rule restores the
+//! "exactly one kind" invariant the enum would have given.
+
+use std::collections::BTreeMap;
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// One destination: a unique `name` and exactly one of `http`, `sqs`, `s3`, `log`, optionally
+/// restricted by `route` to some messages.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.http) ? 1 : 0) + (has(self.sqs) ? 1 : 0) + (has(self.s3) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1")
+    .message("each sink (spec.sinks[], spec.deadLetterSink) needs exactly one of http, sqs, s3 or log: keep one kind block per sink and split the others into sinks of their own"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SinkSpec {
+    /// Sink name, unique among the source's sinks (dead-letter sink included); a DNS label of 1-63
+    /// lowercase letters, digits and `-`, used in metrics and logs. Required.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("sink name must be a DNS label (lowercase letters, digits and -, starting and ending with a letter or digit): rename the sink"))]
+    pub name: String,
+    /// POST each message to an HTTP endpoint as a CloudEvent (binary mode). No default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSinkSpec>,
+    /// Forward each message to another SQS queue. No default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs: Option<SqsSinkSpec>,
+    /// Write messages to S3, one object per reader and checkpoint epoch, committed with the epoch.
+    /// No default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3SinkSpec>,
+    /// Log each message to the reader's stderr (testing and debugging). No default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogSinkSpec>,
+    /// Deliver only messages whose message attribute matches. Absent: every message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteSpec>,
+}
+
+/// HTTP sink: one POST per message, CloudEvents binary mode; the event id (`ce-id`) is the SQS
+/// MessageId, an idempotency key that lets the receiver drop redeliveries.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpSinkSpec {
+    /// Target URL, http or https. Required.
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new(r"self.matches('^https?://[^/?#]+([/?#].*)?$')")
+        .message("spec.sinks[].http.url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/events: fix the scheme or host"))]
+    pub url: String,
+    /// Per-request timeout in milliseconds, 1-600000. Default 5000.
+    #[serde(default = "default_http_timeout_ms")]
+    #[schemars(range(min = 1, max = 600_000))]
+    pub timeout_ms: u64,
+    /// Requests in flight per reader pod, 1-1024. Default 32.
+    #[serde(default = "default_http_concurrency")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub concurrency: u32,
+    /// Extra request headers (name to value). Default none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// CloudEvents `ce-type` (1-256 characters). Default `dev.sluice.sqs.message`.
+    #[serde(default = "default_event_type")]
+    #[schemars(length(min = 1, max = 256))]
+    pub event_type: String,
+}
+
+/// SQS sink: forward each message (body and message attributes) to another queue. On a FIFO
+/// queue the deduplication id is the source MessageId, so a redelivered message is dropped by SQS.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.messageGroupId) || self.queueUrl.endsWith('.fifo')")
+    .field_path(".messageGroupId")
+    .message("spec.sinks[].sqs.messageGroupId applies only to FIFO queues (queueUrl ending in .fifo): remove messageGroupId or point queueUrl at a FIFO queue"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SqsSinkSpec {
+    /// Target queue URL, in the same form as `spec.queues[].url`. Required.
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new(r"self.matches('^https?://[^/?#]+/([^?#]*/)?[A-Za-z0-9_-]{1,80}([.]fifo)?$')")
+        .message("spec.sinks[].sqs.queueUrl must look like https://sqs.REGION.amazonaws.com/ACCOUNT/NAME (or http://127.0.0.1:4566/queue/REGION/ACCOUNT/NAME on LocalStack): fix the scheme, host or queue name"))]
+    pub queue_url: String,
+    /// Endpoint override, e.g. `http://127.0.0.1:4566` (an http(s) URL without a path). Absent:
+    /// the AWS endpoint of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new(r"self.matches('^https?://[^/?#]+/?$')")
+        .message("spec.sinks[].sqs.endpoint must be an http(s) URL with a host and no path, e.g. http://127.0.0.1:4566: remove the path or fix the scheme"))]
+    pub endpoint: Option<String>,
+    /// AWS region of the target queue, e.g. `us-east-1`. Absent: read from `queueUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z]{2}(-[a-z]+)+-[0-9]+$')")
+        .message("spec.sinks[].sqs.region must be an AWS region code such as us-east-1: fix the spelling"))]
+    pub region: Option<String>,
+    /// FIFO only: MessageGroupId for forwarded messages (1-128 characters). Absent: the source
+    /// message's own group id, or the sink name when the source is a standard queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub message_group_id: Option<String>,
+}
+
+/// S3 sink: transactional per checkpoint epoch (a multipart upload completed when the epoch
+/// commits), so it can take part in exactlyOnce. Cannot be a dead-letter sink.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3SinkSpec {
+    /// Bucket name: 3-63 lowercase letters, digits, `.` and `-`. Required.
+    #[schemars(length(min = 3, max = 63))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')")
+        .message("spec.sinks[].s3.bucket must be a valid S3 bucket name (3-63 lowercase letters, digits, . and -, starting and ending with a letter or digit): rename it"))]
+    pub bucket: String,
+    /// Key prefix for written objects, at most 512 characters, e.g. `orders/`. Default empty.
+    #[serde(default)]
+    #[schemars(length(max = 512))]
+    pub prefix: String,
+    /// Endpoint override, e.g. `http://127.0.0.1:4566` (an http(s) URL without a path). Absent:
+    /// the AWS endpoint of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new(r"self.matches('^https?://[^/?#]+/?$')")
+        .message("spec.sinks[].s3.endpoint must be an http(s) URL with a host and no path, e.g. http://127.0.0.1:4566: remove the path or fix the scheme"))]
+    pub endpoint: Option<String>,
+    /// AWS region of the bucket, e.g. `us-east-1`. Absent: the default chain's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z]{2}(-[a-z]+)+-[0-9]+$')")
+        .message("spec.sinks[].s3.region must be an AWS region code such as us-east-1: fix the spelling"))]
+    pub region: Option<String>,
+}
+
+/// Log sink: one log line per message. Not idempotent, so not allowed with exactlyOnce.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogSinkSpec {
+    /// Log the body too, not only the metadata. Default false.
+    #[serde(default)]
+    pub body: bool,
+}
+
+/// Attribute routing: the sink gets a message only when its String message attribute
+/// `attribute` equals one of `values`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteSpec {
+    /// SQS message attribute name (1-256 characters). Required.
+    #[schemars(length(min = 1, max = 256))]
+    pub attribute: String,
+    /// Attribute values that select this sink: 1-64 strings of at most 256 characters. Required.
+    #[schemars(length(min = 1, max = 64), inner(length(max = 256)))]
+    pub values: Vec<String>,
+}
+
+fn default_http_timeout_ms() -> u64 {
+    5000
+}
+fn default_http_concurrency() -> u32 {
+    32
+}
+fn default_event_type() -> String {
+    "dev.sluice.sqs.message".into()
+}
