@@ -17,6 +17,8 @@ pub mod build;
 pub mod cloudevents;
 pub mod dead_letter;
 pub mod http;
+#[cfg(test)]
+mod http_tests;
 pub mod log;
 pub mod retry;
 pub mod route;
