@@ -13,6 +13,8 @@ use futures::future::BoxFuture;
 use crate::record::Record;
 
 mod aws_error;
+#[cfg(test)]
+mod aws_testing;
 pub mod build;
 pub mod cloudevents;
 pub mod dead_letter;
@@ -25,6 +27,8 @@ pub mod route;
 pub mod s3;
 mod s3_layout;
 pub mod sqs;
+#[cfg(test)]
+mod sqs_tests;
 pub mod stats;
 #[cfg(test)]
 pub(crate) mod testing;
