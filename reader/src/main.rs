@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -13,7 +14,10 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
         LogFormat::Json => logs.json().init(),
         LogFormat::Text => logs.init(),
