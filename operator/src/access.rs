@@ -16,27 +16,17 @@ pub struct ApiCall {
 
 impl ApiCall {
     pub const fn new(group: &'static str, resource: &'static str, verb: &'static str) -> Self {
-        Self {
-            group,
-            resource,
-            verb,
-        }
+        Self { group, resource, verb }
     }
 }
 
 /// Server-side apply is authorized as `patch`, and also as `create` when the object does not
 /// exist yet, so every applied resource needs both verbs.
 pub const fn applies(group: &'static str, resource: &'static str) -> [ApiCall; 2] {
-    [
-        ApiCall::new(group, resource, "patch"),
-        ApiCall::new(group, resource, "create"),
-    ]
+    [ApiCall::new(group, resource, "patch"), ApiCall::new(group, resource, "create")]
 }
 
 /// A watched resource (a `Controller` watch or a reflector): list, then watch.
 pub const fn watches(group: &'static str, resource: &'static str) -> [ApiCall; 2] {
-    [
-        ApiCall::new(group, resource, "list"),
-        ApiCall::new(group, resource, "watch"),
-    ]
+    [ApiCall::new(group, resource, "list"), ApiCall::new(group, resource, "watch")]
 }

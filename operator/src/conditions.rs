@@ -35,11 +35,7 @@ pub enum Outcome<'a> {
     /// The spec parsed but cannot run; no children were applied.
     Invalid { problems: &'a [Problem] },
     /// Children were applied; the queues were inspected.
-    Applied {
-        spec: &'a SqsSourceSpec,
-        queues: &'a [QueueObservation],
-        deployment: &'a Deployment,
-    },
+    Applied { spec: &'a SqsSourceSpec, queues: &'a [QueueObservation], deployment: &'a Deployment },
 }
 
 /// One condition before timestamps: type, status, reason, message.
@@ -53,12 +49,7 @@ pub struct Verdict {
 
 impl Verdict {
     fn new(type_: &'static str, status: &'static str, reason: &str, message: impl Into<String>) -> Self {
-        Self {
-            type_,
-            status,
-            reason: reason.to_owned(),
-            message: message.into(),
-        }
+        Self { type_, status, reason: reason.to_owned(), message: message.into() }
     }
 
     /// Whether this state needs a user's attention (a Warning event when it is entered).
@@ -87,17 +78,15 @@ pub fn compute(outcome: Outcome<'_>) -> Computed {
     match outcome {
         Outcome::Unparseable { error } => not_running(
             "SpecUnparseable",
-            &format!("the object does not match the SqsSource schema ({error}): fix the field it names and apply again"),
+            &format!(
+                "the object does not match the SqsSource schema ({error}): fix the field it names and apply again"
+            ),
         ),
         Outcome::Invalid { problems } => {
             let reason = problems.first().map_or("SpecInvalid", |p| p.reason);
             not_running(reason, &summarize(problems))
         }
-        Outcome::Applied {
-            spec,
-            queues,
-            deployment,
-        } => applied(spec, queues, deployment),
+        Outcome::Applied { spec, queues, deployment } => applied(spec, queues, deployment),
     }
 }
 
@@ -108,7 +97,12 @@ fn not_running(reason: &str, message: &str) -> Computed {
             Verdict::new(READY, "False", "SpecInvalid", message),
             Verdict::new(QUEUE_REACHABLE, "Unknown", "SpecInvalid", waiting),
             Verdict::new(QUEUE_CONFIG_VALID, "Unknown", "SpecInvalid", waiting),
-            Verdict::new(PROGRESSING, "False", "SpecInvalid", "no readers are deployed for an invalid spec"),
+            Verdict::new(
+                PROGRESSING,
+                "False",
+                "SpecInvalid",
+                "nothing new is rolled out until the spec is valid; readers of the last valid generation, if any, keep running",
+            ),
             Verdict::new(DEGRADED, "True", reason, message),
         ],
         replicas: 0,
@@ -137,7 +131,12 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     let (errors, warnings): (Vec<Finding>, Vec<Finding>) =
         findings.into_iter().partition(|f| f.severity == Severity::Error);
     let config = if reachable.status != "True" {
-        Verdict::new(QUEUE_CONFIG_VALID, "Unknown", "QueueNotChecked", "checked once every queue is reachable")
+        Verdict::new(
+            QUEUE_CONFIG_VALID,
+            "Unknown",
+            "QueueNotChecked",
+            "checked once every queue is reachable",
+        )
     } else if let Some(first) = errors.first() {
         Verdict::new(QUEUE_CONFIG_VALID, "False", first.reason, join(&errors))
     } else if let Some(first) = warnings.first() {
@@ -158,11 +157,26 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     } else if config.status == "False" {
         Verdict::new(READY, "False", "QueueConfigInvalid", config.message.clone())
     } else if rollout.desired == 0 {
-        Verdict::new(READY, "True", "ScaledToZero", "no readers are running; the autoscaler starts one when messages arrive")
+        Verdict::new(
+            READY,
+            "True",
+            "ScaledToZero",
+            "no readers are running; the autoscaler starts one when messages arrive",
+        )
     } else if rollout.ready == 0 {
-        Verdict::new(READY, "False", "ReadersNotReady", format!("0 of {} readers ready: see the reader pods' events and logs", rollout.desired))
+        Verdict::new(
+            READY,
+            "False",
+            "ReadersNotReady",
+            format!("0 of {} readers ready: see the reader pods' events and logs", rollout.desired),
+        )
     } else {
-        Verdict::new(READY, "True", "ReadersReady", format!("{} of {} readers ready", rollout.ready, rollout.desired))
+        Verdict::new(
+            READY,
+            "True",
+            "ReadersReady",
+            format!("{} of {} readers ready", rollout.ready, rollout.desired),
+        )
     };
     let degraded = if reachable.status != "True" {
         Verdict::new(DEGRADED, "True", &reachable.reason, reachable.message.clone())
@@ -171,7 +185,15 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     } else if rollout.stuck {
         Verdict::new(DEGRADED, "True", "RolloutStuck", progressing.message.clone())
     } else if rollout.ready < rollout.desired && !rollout.rolling {
-        Verdict::new(DEGRADED, "True", "ReadersUnavailable", format!("{} of {} readers ready: see the reader pods' events and logs", rollout.ready, rollout.desired))
+        Verdict::new(
+            DEGRADED,
+            "True",
+            "ReadersUnavailable",
+            format!(
+                "{} of {} readers ready: see the reader pods' events and logs",
+                rollout.ready, rollout.desired
+            ),
+        )
     } else {
         Verdict::new(DEGRADED, "False", "AsExpected", "")
     };
@@ -189,11 +211,7 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
 }
 
 fn join(findings: &[Finding]) -> String {
-    findings
-        .iter()
-        .map(|f| f.message.as_str())
-        .collect::<Vec<_>>()
-        .join("; ")
+    findings.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ")
 }
 
 fn reachability(queues: &[QueueObservation]) -> Verdict {
@@ -251,18 +269,13 @@ impl Rollout {
             (Some(_), None) => false,
             (None, _) => true,
         };
-        let stuck = status.conditions.iter().flatten().any(|c| {
-            c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
-        });
+        let stuck = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
         let rolling = !seen || updated < desired || current > updated;
-        Self {
-            desired,
-            current,
-            ready,
-            updated,
-            rolling,
-            stuck,
-        }
+        Self { desired, current, ready, updated, rolling, stuck }
     }
 
     fn verdict(&self) -> Verdict {
@@ -281,7 +294,12 @@ impl Rollout {
                 format!("{} of {} readers updated", self.updated, self.desired),
             )
         } else {
-            Verdict::new(PROGRESSING, "False", "RolloutComplete", format!("{} readers up to date", self.updated))
+            Verdict::new(
+                PROGRESSING,
+                "False",
+                "RolloutComplete",
+                format!("{} readers up to date", self.updated),
+            )
         }
     }
 }
@@ -345,7 +363,15 @@ pub fn differs(previous: Option<&SqsSourceStatus>, next: &SqsSourceStatus) -> bo
             .conditions
             .iter()
             .filter(|c| OWNED.contains(&c.type_.as_str()))
-            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), c.observed_generation))
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                    c.observed_generation,
+                )
+            })
             .collect();
         conditions.sort();
         let queue = s.queue.as_ref().map(|q| (q.visible, q.in_flight, q.delayed));

@@ -7,10 +7,7 @@ use crate::queue_check::QueueAttributes;
 
 fn deployment(replicas: Option<i32>, ready: i32) -> Deployment {
     let mut d = Deployment {
-        spec: Some(DeploymentSpec {
-            replicas,
-            ..DeploymentSpec::default()
-        }),
+        spec: Some(DeploymentSpec { replicas, ..DeploymentSpec::default() }),
         status: Some(DeploymentStatus {
             observed_generation: Some(1),
             replicas: Some(replicas.unwrap_or(1)),
@@ -108,7 +105,9 @@ fn a_missing_queue_is_named_in_the_condition() {
     let d = deployment(Some(1), 1);
     let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
     assert_eq!(summary(&c, QUEUE_REACHABLE), pair("False", "QueueDoesNotExist"));
-    assert!(verdict(&c, QUEUE_REACHABLE).message.contains("123456789012/orders (spec.queues[0]) does not exist"));
+    assert!(
+        verdict(&c, QUEUE_REACHABLE).message.contains("123456789012/orders (spec.queues[0]) does not exist")
+    );
     assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("Unknown", "QueueNotChecked"));
     assert_eq!(summary(&c, READY), pair("False", "QueueUnreachable"));
     assert_eq!(summary(&c, DEGRADED), pair("True", "QueueDoesNotExist"));
@@ -211,14 +210,17 @@ fn conditions_of_other_managers_do_not_count_as_changes() {
     let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
     let mine = owned_status(&c, None, Some(1), t0);
     let mut on_server = mine.clone();
-    on_server.conditions.insert(0, Condition {
-        type_: "Scaling".into(),
-        status: "True".into(),
-        reason: "ScaledUp".into(),
-        message: String::new(),
-        observed_generation: None,
-        last_transition_time: Time(t0),
-    });
+    on_server.conditions.insert(
+        0,
+        Condition {
+            type_: "Scaling".into(),
+            status: "True".into(),
+            reason: "ScaledUp".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(t0),
+        },
+    );
     on_server.desired_replicas = Some(4);
     assert!(!differs(Some(&on_server), &mine));
 }

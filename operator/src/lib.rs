@@ -8,14 +8,23 @@
 //! `leader`, `metrics`, `admin` and `telemetry` are the process around it.
 
 pub mod access;
+pub mod apply;
+pub mod backoff;
 pub mod build;
 pub mod conditions;
+pub mod controller;
 pub mod error;
+pub mod events;
+pub mod metrics;
 pub mod names;
 pub mod queue_check;
+pub mod reconcile;
+pub mod status;
 pub mod validate;
 
 pub mod scaler;
 
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod pipeline_proptest;

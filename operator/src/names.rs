@@ -34,10 +34,7 @@ pub fn selector_labels(source: &str) -> BTreeMap<String, String> {
 /// Labels on every child object: the selector labels plus who manages them.
 pub fn labels(source: &str) -> BTreeMap<String, String> {
     let mut labels = selector_labels(source);
-    labels.insert(
-        "app.kubernetes.io/managed-by".to_owned(),
-        FIELD_MANAGER.to_owned(),
-    );
+    labels.insert("app.kubernetes.io/managed-by".to_owned(), FIELD_MANAGER.to_owned());
     labels
 }
 

@@ -26,11 +26,7 @@ pub struct Problem {
 
 impl Problem {
     fn new(reason: &'static str, field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            field: field.into(),
-            message: message.into(),
-        }
+        Self { reason, field: field.into(), message: message.into() }
     }
 }
 
@@ -80,13 +76,7 @@ pub fn validate<'a>(
     check_sinks(source, &mut problems);
     check_scaling(source, &mut problems);
 
-    let image = spec
-        .reader
-        .image
-        .as_deref()
-        .or(default_image)
-        .map(str::trim)
-        .filter(|i| !i.is_empty());
+    let image = spec.reader.image.as_deref().or(default_image).map(str::trim).filter(|i| !i.is_empty());
     if image.is_none() {
         problems.push(Problem::new(
             "ReaderImageMissing",
@@ -96,23 +86,14 @@ pub fn validate<'a>(
     }
 
     match (problems.is_empty(), image) {
-        (true, Some(image)) => Ok(Validated {
-            source,
-            name,
-            namespace,
-            image: image.to_owned(),
-        }),
+        (true, Some(image)) => Ok(Validated { source, name, namespace, image: image.to_owned() }),
         _ => Err(problems),
     }
 }
 
 /// A comma-free, one-line summary of problems for a condition message.
 pub fn summarize(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| p.message.as_str())
-        .collect::<Vec<_>>()
-        .join("; ")
+    problems.iter().map(|p| p.message.as_str()).collect::<Vec<_>>().join("; ")
 }
 
 fn check_queue(i: usize, queue: &QueueRef, problems: &mut Vec<Problem>) {
@@ -176,16 +157,11 @@ fn valid_queue_name(name: &str) -> bool {
     let base = name.strip_suffix(".fifo").unwrap_or(name);
     !base.is_empty()
         && name.len() <= 80
-        && base
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && base.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn valid_queue_url(url: &str) -> bool {
-    let Some(rest) = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-    else {
+    let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
         return false;
     };
     let mut parts = rest.splitn(2, '/');
@@ -314,15 +290,10 @@ fn check_delivery(source: &SqsSource, problems: &mut Vec<Problem>) {
 }
 
 fn sink_kinds(sink: &SinkSpec) -> usize {
-    [
-        sink.http.is_some(),
-        sink.sqs.is_some(),
-        sink.s3.is_some(),
-        sink.log.is_some(),
-    ]
-    .into_iter()
-    .filter(|set| *set)
-    .count()
+    [sink.http.is_some(), sink.sqs.is_some(), sink.s3.is_some(), sink.log.is_some()]
+        .into_iter()
+        .filter(|set| *set)
+        .count()
 }
 
 fn check_sink(field: &str, sink: &SinkSpec, problems: &mut Vec<Problem>) {

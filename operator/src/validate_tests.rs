@@ -17,9 +17,7 @@ fn valid_fixtures_pass_and_resolve_the_image() {
         assert!(valid.is_ok(), "{valid:?}");
     }
     let source = fixtures::source(fixtures::EXACTLY_ONCE_SECRET);
-    let Ok(valid) = validate(&source, Some("sluice:default")) else {
-        panic!("valid fixture rejected")
-    };
+    let Ok(valid) = validate(&source, Some("sluice:default")) else { panic!("valid fixture rejected") };
     assert_eq!(valid.image, "registry.example/sluice:1.2.3");
     assert_eq!(valid.name, "payments");
     assert_eq!(valid.namespace, "shop");
@@ -82,10 +80,7 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
             s.spec.sinks.push(again);
         }),
         ("SinkRouteInvalid", |s| {
-            s.spec.sinks[0].route = Some(sluice_crds::RouteSpec {
-                attribute: "kind".into(),
-                values: vec![],
-            });
+            s.spec.sinks[0].route = Some(sluice_crds::RouteSpec { attribute: "kind".into(), values: vec![] });
         }),
         ("ScalingInvalid", |s| s.spec.scaling.max_replicas = 0),
         ("NameTooLong", |s| s.metadata.name = Some("x".repeat(64))),

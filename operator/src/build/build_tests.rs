@@ -75,9 +75,11 @@ fn the_reader_runs_in_kubernetes_mode_with_the_mounted_source() {
     assert_eq!(r.image.as_deref(), Some("ghcr.io/sluice/sluice:0.1.0"));
     assert_eq!(r.command, Some(vec!["sluice-reader".to_owned()]));
     let args = r.args.clone().unwrap_or_default().join(" ");
-    assert!(args.starts_with(
-        "--source /etc/sluice/source.yaml --coordination kubernetes --admin-addr 0.0.0.0:9090"
-    ));
+    assert!(
+        args.starts_with(
+            "--source /etc/sluice/source.yaml --coordination kubernetes --admin-addr 0.0.0.0:9090"
+        )
+    );
     assert!(args.contains("--shutdown-deadline-seconds 25"), "{args}");
     let d = json(&c.deployment);
     let pod = &d["spec"]["template"]["spec"];
@@ -126,10 +128,7 @@ fn secret_credentials_are_referenced_never_copied() {
     let token = json(&env(r, "AWS_SESSION_TOKEN"));
     assert_eq!(token["valueFrom"]["secretKeyRef"]["key"], "TOKEN");
     assert!(token["valueFrom"]["secretKeyRef"].get("optional").is_none());
-    assert_eq!(
-        env(r, "RUST_LOG").and_then(|e| e.value.as_deref()),
-        Some("debug,aws_config=warn")
-    );
+    assert_eq!(env(r, "RUST_LOG").and_then(|e| e.value.as_deref()), Some("debug,aws_config=warn"));
     assert_eq!(r.image.as_deref(), Some("registry.example/sluice:1.2.3"));
     let args = r.args.clone().unwrap_or_default().join(" ");
     assert!(args.contains("--shutdown-deadline-seconds 40"), "{args}");

@@ -27,18 +27,10 @@ pub fn render_source(valid: &Validated<'_>) -> Result<String> {
 
 /// First 16 hex digits of the SHA-256 of the rendered configuration.
 pub fn config_hash(rendered: &str) -> String {
-    Sha256::digest(rendered.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(rendered.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-pub(super) fn config_map(
-    valid: &Validated<'_>,
-    owner: &OwnerReference,
-    rendered: String,
-) -> ConfigMap {
+pub(super) fn config_map(valid: &Validated<'_>, owner: &OwnerReference, rendered: String) -> ConfigMap {
     ConfigMap {
         metadata: child_meta(valid, owner, names::config_map_name(&valid.name)),
         data: Some(BTreeMap::from([(names::CONFIG_KEY.to_owned(), rendered)])),

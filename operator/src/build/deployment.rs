@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -36,10 +36,7 @@ pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &s
     let plan = shutdown_plan(&valid.source.spec);
     let pod_meta = ObjectMeta {
         labels: Some(names::labels(&valid.name)),
-        annotations: Some(BTreeMap::from([(
-            names::CONFIG_HASH_ANNOTATION.to_owned(),
-            hash.to_owned(),
-        )])),
+        annotations: Some(BTreeMap::from([(names::CONFIG_HASH_ANNOTATION.to_owned(), hash.to_owned())])),
         ..ObjectMeta::default()
     };
     let pod = PodSpec {
@@ -75,10 +72,7 @@ pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &s
                 match_labels: Some(names::selector_labels(&valid.name)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(pod_meta),
-                spec: Some(pod),
-            },
+            template: PodTemplateSpec { metadata: Some(pod_meta), spec: Some(pod) },
             ..DeploymentSpec::default()
         }),
         status: None,
@@ -151,11 +145,7 @@ fn probe(path: &str, period_seconds: i32) -> Probe {
 }
 
 fn value(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.to_owned()),
-        value_from: None,
-    }
+    EnvVar { name: name.to_owned(), value: Some(value.to_owned()), value_from: None }
 }
 
 fn field_ref(name: &str, path: &str) -> EnvVar {
@@ -193,10 +183,7 @@ fn env(valid: &Validated<'_>) -> Vec<EnvVar> {
         field_ref("POD_NAME", "metadata.name"),
         field_ref("POD_NAMESPACE", "metadata.namespace"),
         value("SLUICE_SOURCE", &valid.name),
-        value(
-            "RUST_LOG",
-            spec.reader.log_level.as_deref().unwrap_or(DEFAULT_LOG_LEVEL),
-        ),
+        value("RUST_LOG", spec.reader.log_level.as_deref().unwrap_or(DEFAULT_LOG_LEVEL)),
     ];
     env.extend(credential_env(&spec.credentials));
     env
@@ -211,26 +198,14 @@ fn credential_env(credentials: &Credentials) -> Vec<EnvVar> {
                 None => secret_ref("AWS_SESSION_TOKEN", &secret.name, "AWS_SESSION_TOKEN", true),
             };
             vec![
-                secret_ref(
-                    "AWS_ACCESS_KEY_ID",
-                    &secret.name,
-                    &secret.access_key_id_key,
-                    false,
-                ),
-                secret_ref(
-                    "AWS_SECRET_ACCESS_KEY",
-                    &secret.name,
-                    &secret.secret_access_key_key,
-                    false,
-                ),
+                secret_ref("AWS_ACCESS_KEY_ID", &secret.name, &secret.access_key_id_key, false),
+                secret_ref("AWS_SECRET_ACCESS_KEY", &secret.name, &secret.secret_access_key_key, false),
                 token,
             ]
         }
-        (CredentialSource::AssumeRole, _) => credentials
-            .role_arn
-            .iter()
-            .map(|arn| value("AWS_ROLE_ARN", arn))
-            .collect(),
+        (CredentialSource::AssumeRole, _) => {
+            credentials.role_arn.iter().map(|arn| value("AWS_ROLE_ARN", arn)).collect()
+        }
         _ => Vec::new(),
     }
 }

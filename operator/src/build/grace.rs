@@ -36,17 +36,13 @@ pub fn shutdown_plan(spec: &SqsSourceSpec) -> ShutdownPlan {
     }
     let poll = i64::from(spec.receive.wait_time_seconds.max(0)) + 5;
     let epoch = match spec.delivery.guarantee {
-        Guarantee::ExactlyOnce => spec
-            .delivery
-            .checkpoint_interval_seconds
-            .map_or(0, |s| i64::from(s.max(0)) + COMMIT_MARGIN),
+        Guarantee::ExactlyOnce => {
+            spec.delivery.checkpoint_interval_seconds.map_or(0, |s| i64::from(s.max(0)) + COMMIT_MARGIN)
+        }
         Guarantee::AtLeastOnce => 0,
     };
     let deadline = READER_DEFAULT_DEADLINE.max(poll).max(epoch).min(MAX_SECONDS);
-    ShutdownPlan {
-        reader_deadline_seconds: deadline,
-        grace_period_seconds: deadline + KILL_MARGIN,
-    }
+    ShutdownPlan { reader_deadline_seconds: deadline, grace_period_seconds: deadline + KILL_MARGIN }
 }
 
 #[cfg(test)]
@@ -62,10 +58,7 @@ mod tests {
     fn at_least_once_uses_the_reader_default() {
         assert_eq!(
             plan(fixtures::BASIC),
-            ShutdownPlan {
-                reader_deadline_seconds: 25,
-                grace_period_seconds: 35
-            }
+            ShutdownPlan { reader_deadline_seconds: 25, grace_period_seconds: 35 }
         );
     }
 
@@ -74,10 +67,7 @@ mod tests {
         // checkpointIntervalSeconds: 30
         assert_eq!(
             plan(fixtures::EXACTLY_ONCE_SECRET),
-            ShutdownPlan {
-                reader_deadline_seconds: 40,
-                grace_period_seconds: 50
-            }
+            ShutdownPlan { reader_deadline_seconds: 40, grace_period_seconds: 50 }
         );
     }
 
@@ -85,10 +75,7 @@ mod tests {
     fn an_explicit_grace_period_wins_and_the_reader_stops_before_it() {
         assert_eq!(
             plan(fixtures::ASSUME_ROLE),
-            ShutdownPlan {
-                reader_deadline_seconds: 80,
-                grace_period_seconds: 90
-            }
+            ShutdownPlan { reader_deadline_seconds: 80, grace_period_seconds: 90 }
         );
     }
 

@@ -43,9 +43,7 @@ pub(super) fn role(valid: &Validated<'_>, owner: &OwnerReference) -> Role {
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".to_owned()]),
-            verbs: ["get", "list", "watch", "create", "update", "patch"]
-                .map(str::to_owned)
-                .to_vec(),
+            verbs: ["get", "list", "watch", "create", "update", "patch"].map(str::to_owned).to_vec(),
             ..PolicyRule::default()
         }]),
     }

@@ -35,11 +35,7 @@ pub struct Finding {
 
 /// Whether the spec names a FIFO queue (its name ends in `.fifo`).
 pub fn spec_is_fifo(queue: &QueueRef) -> bool {
-    queue
-        .url
-        .as_deref()
-        .or(queue.name.as_deref())
-        .is_some_and(|s| s.ends_with(".fifo"))
+    queue.url.as_deref().or(queue.name.as_deref()).is_some_and(|s| s.ends_with(".fifo"))
 }
 
 /// The visibility timeout the spec needs, and the reason in words.
@@ -63,22 +59,12 @@ pub fn required_visibility(spec: &SqsSourceSpec) -> (i64, String) {
         .max()
         .unwrap_or(0);
     let sink_seconds = i64::try_from(slowest_sink_ms.div_ceil(1000)).unwrap_or(i64::MAX);
-    let needed = sink_seconds
-        .saturating_add(VISIBILITY_MARGIN_SECONDS)
-        .max(MIN_VISIBILITY_SECONDS);
-    (
-        needed,
-        format!("one sink attempt ({sink_seconds} s) plus {VISIBILITY_MARGIN_SECONDS} s must fit"),
-    )
+    let needed = sink_seconds.saturating_add(VISIBILITY_MARGIN_SECONDS).max(MIN_VISIBILITY_SECONDS);
+    (needed, format!("one sink attempt ({sink_seconds} s) plus {VISIBILITY_MARGIN_SECONDS} s must fit"))
 }
 
 /// Checks one queue (entry `index` of `spec.queues`) against its attributes.
-pub fn check_queue(
-    spec: &SqsSourceSpec,
-    index: usize,
-    label: &str,
-    attrs: &QueueAttributes,
-) -> Vec<Finding> {
+pub fn check_queue(spec: &SqsSourceSpec, index: usize, label: &str, attrs: &QueueAttributes) -> Vec<Finding> {
     let mut findings = Vec::new();
     let Some(queue) = spec.queues.get(index) else {
         return findings;

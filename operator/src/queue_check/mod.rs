@@ -53,18 +53,11 @@ pub struct QueueObservation {
 
 /// How the spec names a queue, for messages.
 pub fn queue_label(queue: &QueueRef) -> String {
-    queue
-        .url
-        .clone()
-        .or_else(|| queue.name.clone())
-        .unwrap_or_else(|| "(unnamed queue)".to_owned())
+    queue.url.clone().or_else(|| queue.name.clone()).unwrap_or_else(|| "(unnamed queue)".to_owned())
 }
 
 /// Inspects every queue of the spec, one after the other (sources have few queues).
-pub async fn inspect_all(
-    inspector: &dyn QueueInspector,
-    spec: &SqsSourceSpec,
-) -> Vec<QueueObservation> {
+pub async fn inspect_all(inspector: &dyn QueueInspector, spec: &SqsSourceSpec) -> Vec<QueueObservation> {
     let mut observations = Vec::with_capacity(spec.queues.len());
     for (index, queue) in spec.queues.iter().enumerate() {
         observations.push(QueueObservation {

@@ -36,19 +36,13 @@ pub struct SqsInspector {
 impl SqsInspector {
     /// `base` is the operator's AWS configuration (the default chain).
     pub fn new(base: aws_config::SdkConfig) -> Self {
-        Self {
-            base,
-            clients: Arc::default(),
-        }
+        Self { base, clients: Arc::default() }
     }
 
     /// The cached client for an endpoint override and a region.
     pub fn client(&self, endpoint: Option<&str>, region: Option<&str>) -> Client {
         let key = (endpoint.map(str::to_owned), region.map(str::to_owned));
-        let mut clients = self
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         clients
             .entry(key)
             .or_insert_with(|| {
@@ -65,10 +59,7 @@ impl SqsInspector {
     }
 
     async fn inspect_queue(&self, queue: &QueueRef) -> Result<QueueAttributes, QueueError> {
-        let region = queue
-            .region
-            .clone()
-            .or_else(|| queue.url.as_deref().and_then(region_of_url));
+        let region = queue.region.clone().or_else(|| queue.url.as_deref().and_then(region_of_url));
         let client = self.client(queue.endpoint.as_deref(), region.as_deref());
         let url = match (&queue.url, &queue.name) {
             (Some(url), _) => url.clone(),
@@ -87,11 +78,8 @@ impl SqsInspector {
             }
             (None, None) => return Err(QueueError::Unavailable("no url or name".into())),
         };
-        let call = client
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(QueueAttributeName::All)
-            .send();
+        let call =
+            client.get_queue_attributes().queue_url(&url).attribute_names(QueueAttributeName::All).send();
         let out = bounded(call).await?.map_err(|e| {
             if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
                 QueueError::DoesNotExist
@@ -138,25 +126,13 @@ fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::
 }
 
 /// Reads the attributes the checks need; missing or malformed numbers count as 0.
-pub fn parse_attributes(
-    url: String,
-    attributes: &HashMap<QueueAttributeName, String>,
-) -> QueueAttributes {
-    let number = |name: QueueAttributeName| {
-        attributes
-            .get(&name)
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0)
-    };
+pub fn parse_attributes(url: String, attributes: &HashMap<QueueAttributeName, String>) -> QueueAttributes {
+    let number =
+        |name: QueueAttributeName| attributes.get(&name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
     QueueAttributes {
-        fifo: attributes
-            .get(&QueueAttributeName::FifoQueue)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        fifo: attributes.get(&QueueAttributeName::FifoQueue).is_some_and(|v| v.eq_ignore_ascii_case("true")),
         visibility_timeout_seconds: number(QueueAttributeName::VisibilityTimeout),
-        redrive_policy: attributes
-            .get(&QueueAttributeName::RedrivePolicy)
-            .filter(|v| !v.is_empty())
-            .cloned(),
+        redrive_policy: attributes.get(&QueueAttributeName::RedrivePolicy).filter(|v| !v.is_empty()).cloned(),
         maximum_message_size: number(QueueAttributeName::MaximumMessageSize),
         visible: number(QueueAttributeName::ApproximateNumberOfMessages),
         in_flight: number(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
@@ -170,10 +146,9 @@ pub fn parse_attributes(
 pub fn region_of_url(url: &str) -> Option<String> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let aws_region = host.strip_prefix("sqs.").and_then(|h| {
-        h.strip_suffix(".amazonaws.com")
-            .or_else(|| h.strip_suffix(".amazonaws.com.cn"))
-    });
+    let aws_region = host
+        .strip_prefix("sqs.")
+        .and_then(|h| h.strip_suffix(".amazonaws.com").or_else(|| h.strip_suffix(".amazonaws.com.cn")));
     if let Some(region) = aws_region
         && !region.is_empty()
         && !region.contains('.')

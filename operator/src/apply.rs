@@ -1,0 +1,58 @@
+//! Writes the children with server-side apply under one field manager.
+//!
+//! Why SSA with `force`: the operator is the only writer of these fields, so taking them back from
+//! a stray `kubectl edit` is the intended drift correction; fields it never sends (the
+//! Deployment's `spec.replicas`, owned by `sluice-scaler`) stay with whoever set them. Applying
+//! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
+//! diffing against a cache that might be stale. The Deployment goes last, so its pods start with
+//! their ConfigMap, ServiceAccount and Role in place.
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::access::ApiCall;
+use crate::build::Children;
+use crate::error::Result;
+use crate::names::FIELD_MANAGER;
+
+/// The calls `apply_children` makes: an apply is a `patch`, and a `create` when the object is new.
+pub const API_CALLS: &[ApiCall] = &[
+    ApiCall::new("", "configmaps", "patch"),
+    ApiCall::new("", "configmaps", "create"),
+    ApiCall::new("", "serviceaccounts", "patch"),
+    ApiCall::new("", "serviceaccounts", "create"),
+    ApiCall::new("rbac.authorization.k8s.io", "roles", "patch"),
+    ApiCall::new("rbac.authorization.k8s.io", "roles", "create"),
+    ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "patch"),
+    ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ApiCall::new("apps", "deployments", "patch"),
+    ApiCall::new("apps", "deployments", "create"),
+];
+
+/// Applies every child in its namespace; returns the Deployment as the server now has it (with
+/// its status, which the conditions read).
+pub async fn apply_children(client: &Client, children: &Children) -> Result<Deployment> {
+    apply(client, &children.config_map).await?;
+    apply(client, &children.service_account).await?;
+    apply(client, &children.role).await?;
+    apply(client, &children.role_binding).await?;
+    apply(client, &children.deployment).await
+}
+
+async fn apply<K>(client: &Client, object: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(&object.name_any(), &params, &Patch::Apply(object)).await?)
+}

@@ -1,0 +1,98 @@
+//! Wires reconcile into a kube-runtime `Controller`.
+//!
+//! Why `DeserializeGuard`: with a plain `Api<SqsSource>`, one object that fails to deserialize
+//! (written before a schema change, or with validation bypassed) fails the whole list and so stops
+//! every source; guarded, it reaches reconcile as an error value and gets a condition instead.
+//! The controller also watches the children it owns, so a deleted or edited child is restored.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+use sluice_crds::SqsSource;
+
+use crate::access::ApiCall;
+use crate::error::{Error, PERMANENT_FAILURE_REQUEUE};
+use crate::names;
+use crate::reconcile::{Context, object_key, reconcile};
+
+/// The watches of the controller (list + watch of the sources and of each owned kind).
+pub const API_CALLS: &[ApiCall] = &[
+    ApiCall::new("sluice.dev", "sqssources", "list"),
+    ApiCall::new("sluice.dev", "sqssources", "watch"),
+    ApiCall::new("apps", "deployments", "list"),
+    ApiCall::new("apps", "deployments", "watch"),
+    ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "watch"),
+    ApiCall::new("", "serviceaccounts", "list"),
+    ApiCall::new("", "serviceaccounts", "watch"),
+    ApiCall::new("rbac.authorization.k8s.io", "roles", "list"),
+    ApiCall::new("rbac.authorization.k8s.io", "roles", "watch"),
+    ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "list"),
+    ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "watch"),
+];
+
+/// Which namespaces the operator serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+fn api<K>(client: &Client, scope: &Scope) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
+    }
+}
+
+/// What to do after a failed reconcile: back off on transient errors, wait long on the rest.
+pub fn error_policy(object: Arc<DeserializeGuard<SqsSource>>, error: &Error, ctx: Arc<Context>) -> Action {
+    if error.is_transient() {
+        Action::requeue(ctx.failures.failed(&object_key(object.meta())))
+    } else {
+        Action::requeue(PERMANENT_FAILURE_REQUEUE)
+    }
+}
+
+/// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
+///
+/// Signals are handled once, in `main`, which cancels every task (controller, autoscaler,
+/// checkpoint coordinator) together; `shutdown_on_signal` here would leave the others running.
+pub async fn run(
+    ctx: Arc<Context>,
+    scope: Scope,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    // Children carry our labels; watching only those keeps the operator's caches small.
+    let children =
+        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={}", names::FIELD_MANAGER));
+    Controller::new(
+        api::<DeserializeGuard<SqsSource>>(&client, &scope),
+        watcher::Config::default().any_semantic(),
+    )
+    .owns(api::<Deployment>(&client, &scope), children.clone())
+    .owns(api::<ConfigMap>(&client, &scope), children.clone())
+    .owns(api::<ServiceAccount>(&client, &scope), children.clone())
+    .owns(api::<Role>(&client, &scope), children.clone())
+    .owns(api::<RoleBinding>(&client, &scope), children)
+    .graceful_shutdown_on(shutdown)
+    .run(reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        match result {
+            Ok((object, _)) => tracing::debug!(source = %object, "reconciled"),
+            Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+        }
+    })
+    .await;
+}

@@ -1,0 +1,192 @@
+//! One reconcile of one `SqsSource`: validate → build → apply → inspect queues → status + events.
+//!
+//! Why this order and these exits:
+//! - A deleted source (deletion timestamp set) is left alone: owner references let the garbage
+//!   collector remove the children, and re-applying them would fight it.
+//! - An invalid spec gets conditions and Events and no new children; children of its last valid
+//!   generation stay as they are, so a typo does not stop a running pipeline. It then waits for a
+//!   change: retrying cannot fix it.
+//! - An object that does not even parse (written around the schema) gets the same treatment, so
+//!   one bad object never blocks the watch of all the others.
+//! - Queue problems are conditions, not errors: the children are still applied, and the source is
+//!   checked again sooner.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::{Api, Client, Resource, ResourceExt};
+use sluice_crds::{SqsSource, SqsSourceStatus};
+
+use crate::apply::apply_children;
+use crate::backoff::Failures;
+use crate::build::build;
+use crate::conditions::{Computed, Outcome, compute, differs, owned_status};
+use crate::error::{Error, Result};
+use crate::events::{Happened, Notice, notices, publish};
+use crate::metrics::Metrics;
+use crate::queue_check::{QueueInspector, inspect_all};
+use crate::status::update_status;
+use crate::validate::{Problem, validate};
+
+/// Check a healthy source's queues and readers again after this long.
+pub const HEALTHY_REQUEUE: Duration = Duration::from_secs(60);
+/// Check again sooner while a queue is unreachable or misconfigured.
+pub const UNHEALTHY_REQUEUE: Duration = Duration::from_secs(20);
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub inspector: Arc<dyn QueueInspector>,
+    /// The operator's `--reader-image`, used when a spec names none.
+    pub reader_image: Option<String>,
+    pub metrics: Metrics,
+    pub failures: Failures,
+}
+
+/// Key of an object for logs and the backoff map.
+pub fn object_key(meta: &kube::core::ObjectMeta) -> String {
+    format!("{}/{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+}
+
+/// The reconciler kube-runtime calls.
+pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let key = object_key(object.meta());
+    let result = match &object.0 {
+        Ok(source) => reconcile_source(source, &ctx).await,
+        Err(invalid) => reconcile_unparseable(invalid, &ctx).await,
+    };
+    ctx.metrics.observe(started.elapsed(), result.as_ref().err().map(Error::metric_label));
+    match &result {
+        Ok(_) => ctx.failures.succeeded(&key),
+        Err(e) => {
+            tracing::warn!(source = %key, error = %e, "reconcile failed");
+            let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note: e.to_string() };
+            publish(&ctx.recorder, &reference(object.meta()), &[notice]).await;
+        }
+    }
+    result
+}
+
+async fn reconcile_source(source: &SqsSource, ctx: &Context) -> Result<Action> {
+    if source.meta().deletion_timestamp.is_some() {
+        tracing::debug!(source = %object_key(source.meta()), "being deleted; the garbage collector removes the children");
+        return Ok(Action::await_change());
+    }
+    let name = source.name_any();
+    let namespace =
+        source.namespace().ok_or_else(|| Error::Build(format!("source {name} has no namespace")))?;
+    let api: Api<SqsSource> = Api::namespaced(ctx.client.clone(), &namespace);
+    let regarding = source.object_ref(&());
+    let report = Report {
+        api: &api,
+        name: &name,
+        regarding: &regarding,
+        previous: source.status.as_ref(),
+        generation: source.metadata.generation,
+    };
+
+    let valid = match validate(source, ctx.reader_image.as_deref()) {
+        Ok(valid) => valid,
+        Err(problems) => {
+            tracing::info!(source = %object_key(source.meta()), problems = problems.len(), "spec invalid");
+            let computed = compute(Outcome::Invalid { problems: &problems });
+            report.write(ctx, &computed, &problems, None).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let children = build(&valid)?;
+    let deployment = apply_children(&ctx.client, &children).await?;
+    let queues = inspect_all(ctx.inspector.as_ref(), &source.spec).await;
+    let computed = compute(Outcome::Applied { spec: &source.spec, queues: &queues, deployment: &deployment });
+    report.write(ctx, &computed, &[], Some(&children.config_hash)).await?;
+    let queues_ok = computed
+        .verdicts
+        .iter()
+        .filter(|v| {
+            v.type_ == crate::conditions::QUEUE_REACHABLE || v.type_ == crate::conditions::QUEUE_CONFIG_VALID
+        })
+        .all(|v| v.status == "True");
+    Ok(Action::requeue(if queues_ok { HEALTHY_REQUEUE } else { UNHEALTHY_REQUEUE }))
+}
+
+async fn reconcile_unparseable(invalid: &InvalidObject, ctx: &Context) -> Result<Action> {
+    let meta = &invalid.metadata;
+    let (Some(name), Some(namespace)) = (&meta.name, &meta.namespace) else {
+        return Ok(Action::await_change());
+    };
+    tracing::warn!(source = %object_key(meta), error = %invalid.error, "object does not parse");
+    let api: Api<SqsSource> = Api::namespaced(ctx.client.clone(), namespace);
+    let problem = Problem {
+        reason: "SpecUnparseable",
+        field: "spec".to_owned(),
+        message: format!(
+            "the object does not match the SqsSource schema ({}): fix the field it names and apply again",
+            invalid.error
+        ),
+    };
+    let computed = compute(Outcome::Unparseable { error: &invalid.error });
+    let regarding = reference(meta);
+    let report =
+        Report { api: &api, name, regarding: &regarding, previous: None, generation: meta.generation };
+    report.write(ctx, &computed, &[problem], None).await?;
+    Ok(Action::await_change())
+}
+
+/// Where and against what a reconcile reports.
+struct Report<'a> {
+    api: &'a Api<SqsSource>,
+    name: &'a str,
+    regarding: &'a ObjectReference,
+    previous: Option<&'a SqsSourceStatus>,
+    generation: Option<i64>,
+}
+
+impl Report<'_> {
+    /// Publishes the Events this reconcile warrants, then writes the status if it changed.
+    async fn write(
+        &self,
+        ctx: &Context,
+        computed: &Computed,
+        problems: &[Problem],
+        config_hash: Option<&str>,
+    ) -> Result<()> {
+        let happened = Happened {
+            previous: self.previous,
+            generation: self.generation,
+            computed,
+            problems,
+            config_hash,
+        };
+        publish(&ctx.recorder, self.regarding, &notices(&happened)).await;
+        let status = owned_status(computed, self.previous, self.generation, Timestamp::now());
+        if differs(self.previous, &status) {
+            update_status(self.api, self.name, &status).await?;
+        }
+        Ok(())
+    }
+}
+
+/// An object reference built from metadata alone (for objects that did not parse).
+fn reference(meta: &kube::core::ObjectMeta) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(SqsSource::api_version(&()).into_owned()),
+        kind: Some(SqsSource::kind(&()).into_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: None,
+        field_path: None,
+    }
+}
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;

@@ -1,0 +1,408 @@
+//! Reconcile against a mocked API server: every request is asserted (method, path, body) in
+//! order, each within a timeout, and no request may follow the expected ones.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use http::{Method, Request, Response};
+use kube::Client;
+use kube::client::Body;
+use kube::core::DeserializeGuard;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+use sluice_crds::{QueueRef, SqsSource};
+use tower_test::mock;
+
+use super::*;
+use crate::fixtures;
+use crate::queue_check::{QueueAttributes, QueueError};
+
+const STEP: Duration = Duration::from_secs(5);
+
+struct FakeQueues(Result<QueueAttributes, QueueError>);
+
+impl QueueInspector for FakeQueues {
+    fn inspect<'a>(&'a self, _: &'a QueueRef) -> BoxFuture<'a, Result<QueueAttributes, QueueError>> {
+        let result = self.0.clone();
+        async move { result }.boxed()
+    }
+}
+
+fn healthy_queue() -> Result<QueueAttributes, QueueError> {
+    Ok(QueueAttributes {
+        url: "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),
+        visibility_timeout_seconds: 30,
+        redrive_policy: Some(r#"{"maxReceiveCount":5}"#.into()),
+        maximum_message_size: 262_144,
+        visible: 4,
+        ..QueueAttributes::default()
+    })
+}
+
+type Check = Box<dyn Fn(&Value) + Send>;
+
+/// One request the reconcile must make next.
+enum Expect {
+    /// A server-side apply of a child at this path.
+    Apply { path: String, check: Check },
+    /// An Event with this type and reason.
+    Event { warning: bool, reason: String },
+    /// The status apply.
+    Status { check: Check },
+}
+
+/// The situations reconcile must handle.
+enum Scenario {
+    Create,
+    NoOp,
+    SpecChange,
+    InvalidSpec,
+    QueueMissing,
+    Deletion,
+}
+
+fn apply(path: &str, check: impl Fn(&Value) + Send + 'static) -> Expect {
+    Expect::Apply { path: path.to_owned(), check: Box::new(check) }
+}
+
+fn status(check: impl Fn(&Value) + Send + 'static) -> Expect {
+    Expect::Status { check: Box::new(check) }
+}
+
+fn event(warning: bool, reason: &str) -> Expect {
+    Expect::Event { warning, reason: reason.to_owned() }
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    let found = status["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_));
+    match found {
+        Some(c) => c,
+        None => panic!("no {type_} condition in {status}"),
+    }
+}
+
+/// The five child applies, with the Deployment's config hash handed to `hash`.
+fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
+    vec![
+        apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
+            assert_eq!(b["kind"], "ConfigMap");
+            assert!(b["data"]["source.yaml"].as_str().is_some_and(|s| s.contains("kind: SqsSource")));
+        }),
+        apply("/api/v1/namespaces/shop/serviceaccounts/orders-reader", |b| {
+            assert_eq!(b["kind"], "ServiceAccount");
+            assert_eq!(b["metadata"]["ownerReferences"][0]["name"], "orders");
+        }),
+        apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/roles/orders-reader", |b| {
+            assert_eq!(b["rules"][0]["resources"], json!(["configmaps"]));
+        }),
+        apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings/orders-reader", |b| {
+            assert_eq!(b["roleRef"]["name"], "orders-reader");
+        }),
+        apply("/apis/apps/v1/namespaces/shop/deployments/orders-reader", move |b| {
+            assert!(b["spec"].get("replicas").is_none(), "reconcile must not set replicas");
+            let h = &b["spec"]["template"]["metadata"]["annotations"]["sluice.dev/config-hash"];
+            hash(h.as_str().unwrap_or_default());
+        }),
+    ]
+}
+
+fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect> {
+    match scenario {
+        Scenario::Create => {
+            let mut e = children_applies(|h| assert_eq!(h.len(), 16));
+            e.push(event(false, "ConfigApplied"));
+            e.push(status(|s| {
+                assert_eq!(s["observedGeneration"], 1);
+                assert_eq!(condition(s, "Ready")["status"], "True");
+                assert_eq!(condition(s, "Ready")["reason"], "ReadersReady");
+                assert_eq!(condition(s, "QueueReachable")["status"], "True");
+                assert_eq!(condition(s, "QueueConfigValid")["status"], "True");
+                assert_eq!(condition(s, "Degraded")["status"], "False");
+                assert_eq!(s["readyReplicas"], 1);
+                assert_eq!(s["queue"]["visible"], 4);
+                assert!(s.get("desiredReplicas").is_none(), "the autoscaler's field");
+            }));
+            e
+        }
+        Scenario::NoOp => {
+            let expected = create_hash.unwrap_or_default();
+            children_applies(move |h| assert_eq!(h, expected))
+        }
+        Scenario::SpecChange => {
+            let old = create_hash.unwrap_or_default();
+            let mut e = children_applies(move |h| assert_ne!(h, old, "a spec change must roll the pods"));
+            e.push(event(false, "ConfigApplied"));
+            e.push(status(|s| assert_eq!(s["observedGeneration"], 2)));
+            e
+        }
+        Scenario::InvalidSpec => vec![
+            event(true, "QueueRefIncomplete"),
+            event(true, "CredentialsIncomplete"),
+            event(true, "CheckpointIntervalMissing"),
+            event(true, "NoSinks"),
+            event(true, "ScalingInvalid"),
+            status(|s| {
+                assert_eq!(s["observedGeneration"], 2);
+                let ready = condition(s, "Ready");
+                assert_eq!(
+                    (ready["status"].as_str(), ready["reason"].as_str()),
+                    (Some("False"), Some("SpecInvalid"))
+                );
+                assert!(ready["message"].as_str().is_some_and(|m| m.contains("checkpointIntervalSeconds")));
+                assert_eq!(condition(s, "Degraded")["reason"], "QueueRefIncomplete");
+                assert!(s["lastError"].is_string());
+            }),
+        ],
+        Scenario::QueueMissing => {
+            let mut e = children_applies(|_| {});
+            e.push(event(false, "ConfigApplied"));
+            e.push(event(true, "QueueDoesNotExist"));
+            e.push(status(|s| {
+                let reachable = condition(s, "QueueReachable");
+                assert_eq!(reachable["status"], "False");
+                assert_eq!(reachable["reason"], "QueueDoesNotExist");
+                assert!(
+                    reachable["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("123456789012/orders (spec.queues[0]) does not exist"))
+                );
+                assert_eq!(condition(s, "Ready")["reason"], "QueueUnreachable");
+            }));
+            e
+        }
+        Scenario::Deletion => Vec::new(),
+    }
+}
+
+async fn body_json(request: Request<Body>) -> Value {
+    let bytes = match request.into_body().collect_bytes().await {
+        Ok(b) => b,
+        Err(e) => panic!("unreadable request body: {e}"),
+    };
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+fn respond(send: mock::SendResponse<Response<Body>>, value: &Value) {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    match Response::builder().body(Body::from(bytes)) {
+        Ok(response) => send.send_response(response),
+        Err(e) => panic!("bad response: {e}"),
+    }
+}
+
+/// Answers the expected requests in order and fails on anything else; returns the bodies seen.
+async fn verify(
+    mut handle: mock::Handle<Request<Body>, Response<Body>>,
+    source: SqsSource,
+    expects: Vec<Expect>,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    for (i, expect) in expects.into_iter().enumerate() {
+        let next = tokio::time::timeout(STEP, handle.next_request()).await;
+        let Ok(Some((request, send))) = next else {
+            panic!("request {i} never came");
+        };
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let body = body_json(request).await;
+        match expect {
+            Expect::Apply { path: want, check } => {
+                assert_eq!((&method, path.as_str()), (&Method::PATCH, want.as_str()), "request {i}");
+                assert!(
+                    query.contains("fieldManager=sluice-operator") && query.contains("force=true"),
+                    "{query}"
+                );
+                check(&body);
+                let mut answer = body.clone();
+                if answer["kind"] == "Deployment" {
+                    answer["metadata"]["generation"] = json!(1);
+                    answer["status"] = json!({"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1});
+                }
+                respond(send, &answer);
+            }
+            Expect::Event { warning, reason } => {
+                assert_eq!(
+                    (&method, path.as_str()),
+                    (&Method::POST, "/apis/events.k8s.io/v1/namespaces/shop/events"),
+                    "request {i}"
+                );
+                assert_eq!(body["reason"], reason.as_str(), "request {i}: {body}");
+                assert_eq!(body["type"], if warning { "Warning" } else { "Normal" });
+                assert_eq!(body["regarding"]["name"], source.metadata.name.clone().unwrap_or_default());
+                respond(send, &body);
+            }
+            Expect::Status { check } => {
+                let want = format!(
+                    "/apis/sluice.dev/v1alpha1/namespaces/shop/sqssources/{}/status",
+                    source.metadata.name.clone().unwrap_or_default()
+                );
+                assert_eq!((&method, path.as_str()), (&Method::PATCH, want.as_str()), "request {i}");
+                assert!(
+                    query.contains("fieldManager=sluice-operator") && query.contains("force=true"),
+                    "{query}"
+                );
+                assert_eq!(body["kind"], "SqsSource");
+                check(&body["status"]);
+                let mut answer = serde_json::to_value(&source).unwrap_or_default();
+                answer["status"] = body["status"].clone();
+                respond(send, &answer);
+            }
+        }
+        seen.push(body);
+    }
+    if let Ok(Some((request, _))) =
+        tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
+    {
+        panic!("unexpected request {} {}", request.method(), request.uri());
+    }
+    seen
+}
+
+fn context(
+    queue: Result<QueueAttributes, QueueError>,
+) -> (Arc<Context>, mock::Handle<Request<Body>, Response<Body>>) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let reporter = Reporter { controller: "sluice-operator".into(), instance: None };
+    let ctx = Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        inspector: Arc::new(FakeQueues(queue)),
+        reader_image: Some("ghcr.io/sluice/sluice:0.1.0".into()),
+        metrics: crate::metrics::Metrics::default(),
+        failures: Failures::default(),
+    };
+    (Arc::new(ctx), handle)
+}
+
+/// Runs one reconcile of `source` in `scenario`; returns the action and the request bodies.
+async fn run(
+    scenario: Scenario,
+    source: SqsSource,
+    queue: Result<QueueAttributes, QueueError>,
+    create_hash: Option<String>,
+) -> (Action, Vec<Value>) {
+    let (ctx, handle) = context(queue);
+    let verifier = tokio::spawn(verify(handle, source.clone(), expectations(&scenario, create_hash)));
+    let object = Arc::new(DeserializeGuard(Ok(source)));
+    let action = tokio::time::timeout(STEP * 4, reconcile(object, ctx)).await;
+    let Ok(Ok(action)) = action else {
+        panic!("reconcile failed or timed out: {action:?}");
+    };
+    match verifier.await {
+        Ok(bodies) => (action, bodies),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+fn hash_of(bodies: &[Value]) -> String {
+    bodies
+        .iter()
+        .find(|b| b["kind"] == "Deployment")
+        .and_then(|d| d["spec"]["template"]["metadata"]["annotations"]["sluice.dev/config-hash"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A source as the API server returns it after the create scenario wrote its status.
+fn after_create(bodies: &[Value]) -> SqsSource {
+    let mut source = fixtures::source(fixtures::BASIC);
+    let status = bodies.iter().find_map(|b| (b["kind"] == "SqsSource").then(|| b["status"].clone()));
+    source.status = status.and_then(|s| serde_json::from_value(s).ok());
+    assert!(source.status.is_some());
+    source
+}
+
+#[tokio::test]
+async fn create_applies_children_and_reports_ready() {
+    let (action, bodies) =
+        run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
+    assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
+    assert_eq!(bodies.len(), 7);
+}
+
+#[tokio::test]
+async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
+    let (_, created) = run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
+    let source = after_create(&created);
+    let (action, bodies) = run(Scenario::NoOp, source, healthy_queue(), Some(hash_of(&created))).await;
+    assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
+    assert_eq!(bodies.len(), 5, "no event and no status write");
+}
+
+#[tokio::test]
+async fn a_spec_change_rolls_the_readers() {
+    let (_, created) = run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
+    let mut source = after_create(&created);
+    source.metadata.generation = Some(2);
+    source.spec.receive.pollers = 8;
+    run(Scenario::SpecChange, source, healthy_queue(), Some(hash_of(&created))).await;
+}
+
+#[tokio::test]
+async fn an_invalid_spec_gets_conditions_and_events_but_no_children() {
+    let mut source = fixtures::source(fixtures::INVALID);
+    source.metadata.name = Some("orders".into());
+    let (action, bodies) = run(Scenario::InvalidSpec, source, healthy_queue(), None).await;
+    assert_eq!(action, Action::await_change());
+    assert!(bodies.iter().all(|b| b["kind"] != "Deployment" && b["kind"] != "ConfigMap"));
+}
+
+#[tokio::test]
+async fn a_missing_queue_is_a_condition_and_a_sooner_retry() {
+    let (action, _) =
+        run(Scenario::QueueMissing, fixtures::source(fixtures::BASIC), Err(QueueError::DoesNotExist), None)
+            .await;
+    assert_eq!(action, Action::requeue(UNHEALTHY_REQUEUE));
+}
+
+#[tokio::test]
+async fn a_deleted_source_is_left_to_the_garbage_collector() {
+    let mut source = fixtures::source(fixtures::BASIC);
+    source.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+    let (action, bodies) = run(Scenario::Deletion, source, healthy_queue(), None).await;
+    assert_eq!(action, Action::await_change());
+    assert!(bodies.is_empty());
+}
+
+#[tokio::test]
+async fn an_object_that_does_not_parse_gets_a_condition() {
+    let (ctx, mut handle) = context(healthy_queue());
+    let invalid = InvalidObject {
+        error: "unknown field `sinkz`".into(),
+        metadata: kube::core::ObjectMeta {
+            name: Some("orders".into()),
+            namespace: Some("shop".into()),
+            generation: Some(4),
+            ..Default::default()
+        },
+    };
+    let server = tokio::spawn(async move {
+        let mut reasons = Vec::new();
+        while let Ok(Some((request, send))) = tokio::time::timeout(STEP, handle.next_request()).await {
+            let path = request.uri().path().to_owned();
+            let body = body_json(request).await;
+            if path.ends_with("/status") {
+                let ready = body["status"]["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Degraded").cloned());
+                reasons.push(ready.map(|c| c["reason"].clone()).unwrap_or_default());
+                let mut answer = serde_json::to_value(fixtures::source(fixtures::BASIC)).unwrap_or_default();
+                answer["status"] = body["status"].clone();
+                respond(send, &answer);
+                break;
+            }
+            reasons.push(body["reason"].clone());
+            respond(send, &body);
+        }
+        reasons
+    });
+    let action = reconcile(Arc::new(DeserializeGuard(Err(invalid))), ctx).await;
+    assert!(matches!(action, Ok(ref a) if *a == Action::await_change()), "{action:?}");
+    let reasons = server.await.unwrap_or_default();
+    assert_eq!(reasons, vec![json!("SpecUnparseable"), json!("SpecUnparseable")]);
+}
