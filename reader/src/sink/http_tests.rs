@@ -135,7 +135,8 @@ async fn success_sends_a_binary_mode_cloudevent() {
 
 #[tokio::test]
 async fn a_503_is_retried_then_delivered_and_the_retry_counted() {
-    let (server, url) = serve(|n| if n == 0 { Reply::StatusRetryAfter(503, "0") } else { Reply::Status(200) }).await;
+    let (server, url) =
+        serve(|n| if n == 0 { Reply::StatusRetryAfter(503, "0") } else { Reply::Status(200) }).await;
     let sink = sink(&url, 2_000, 4, 3);
     let outcomes = deliver(&sink, &records(5)).await;
     assert_eq!(outcomes, vec![Outcome::Delivered; 5]);
@@ -169,7 +170,8 @@ async fn transient_errors_fail_once_attempts_run_out() {
 #[tokio::test]
 async fn a_timeout_is_retried() {
     let (server, url) =
-        serve(|n| if n == 0 { Reply::SlowOk(Duration::from_millis(1_500)) } else { Reply::Status(200) }).await;
+        serve(|n| if n == 0 { Reply::SlowOk(Duration::from_millis(1_500)) } else { Reply::Status(200) })
+            .await;
     let sink = sink(&url, 200, 4, 3);
     assert_eq!(deliver(&sink, &records(2)).await, vec![Outcome::Delivered; 2]);
     assert_eq!(sink.stats().unwrap().retries(), 2);
@@ -189,7 +191,8 @@ async fn a_refused_connection_is_transient() {
 #[tokio::test]
 async fn retry_after_is_honoured_but_bounded_by_max_delay() {
     // Retry-After: 30 s, max delay 100 ms: the retry comes after 100 ms, not 30 s.
-    let (_, url) = serve(|n| if n == 0 { Reply::StatusRetryAfter(429, "30") } else { Reply::Status(200) }).await;
+    let (_, url) =
+        serve(|n| if n == 0 { Reply::StatusRetryAfter(429, "30") } else { Reply::Status(200) }).await;
     let sink = sink(&url, 2_000, 1, 2);
     let started = std::time::Instant::now();
     assert_eq!(deliver(&sink, &records(1)).await, vec![Outcome::Delivered]);

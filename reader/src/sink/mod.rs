@@ -26,6 +26,8 @@ pub mod retry;
 pub mod route;
 pub mod s3;
 mod s3_layout;
+#[cfg(test)]
+mod s3_tests;
 pub mod sqs;
 #[cfg(test)]
 mod sqs_tests;
