@@ -4,12 +4,95 @@
 //! It runs beside the reconciler rather than inside it because it is driven by the queue, not by
 //! Kubernetes objects changing: one loop per source polls the queue attributes, decides (pure, in
 //! `decision`), and writes only `spec.replicas` under its own field manager, so reconcile and
-//! autoscaler never fight over the same field.
+//! autoscaler never fight over the same field. Run it on the leader only: two scalers would each
+//! keep their own stabilization history.
 
+pub mod apply;
+pub mod attributes;
 pub mod decision;
+pub mod drain;
 pub mod history;
+pub mod metrics;
 pub mod reason;
+pub mod task;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::pin::pin;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use sluice_crds::SqsSource;
+use tokio_util::sync::CancellationToken;
+
+pub use attributes::{QueueAttributes, SqsQueueAttributes};
 pub use decision::{Decision, Observation, backlog, decide};
 pub use history::History;
+pub use metrics::Metrics;
 pub use reason::{Basis, Reason};
+use task::{Context, run_source};
+
+use crate::names::SCALER_FIELD_MANAGER;
+
+/// The autoscaler task: registers its metrics into `registry` now, and returns the future that
+/// watches every SqsSource and runs one scaling loop per source until `shutdown`.
+///
+/// `queues` is normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients.
+pub fn run(
+    client: Client,
+    queues: Arc<dyn QueueAttributes>,
+    registry: &mut Registry,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    let reporter =
+        Reporter { controller: SCALER_FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+    let ctx = Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        queues,
+        metrics: Metrics::register(registry),
+    };
+    supervise(ctx, shutdown)
+}
+
+/// Starts a loop for each source seen; a loop ends by itself when its source is deleted.
+async fn supervise(ctx: Context, shutdown: CancellationToken) {
+    let sources: Api<SqsSource> = Api::all(ctx.client.clone());
+    let (store, writer) = reflector::store();
+    let events =
+        watcher(sources, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+    let mut events = pin!(events);
+    let loops_stop = shutdown.child_token();
+    let mut loops: HashMap<ObjectRef<SqsSource>, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => break,
+            event = events.next() => event,
+        };
+        match event {
+            Some(Ok(source)) => {
+                loops.retain(|_, handle| !handle.is_finished());
+                let key = ObjectRef::from_obj(&source);
+                if let Entry::Vacant(slot) = loops.entry(key) {
+                    let key = slot.key().clone();
+                    tracing::info!(source = %key, "starting scaling loop");
+                    let task = run_source(ctx.clone(), store.clone(), key, loops_stop.child_token());
+                    slot.insert(tokio::spawn(task));
+                }
+            }
+            Some(Err(error)) => tracing::warn!(%error, "SqsSource watch failed; retrying"),
+            None => break,
+        }
+    }
+    loops_stop.cancel();
+    for (key, handle) in loops {
+        if let Err(error) = handle.await {
+            tracing::error!(source = %key, %error, "scaling loop failed");
+        }
+    }
+}

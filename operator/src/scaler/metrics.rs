@@ -1,0 +1,193 @@
+//! The scaler's inputs and outputs as Prometheus gauges, one series per source.
+//!
+//! Why inputs too: "why did it scale to 7?" is answered by plotting backlog, drain rate and the
+//! recommendation beside the desired count, without reading logs. Series of a deleted source are
+//! removed so dashboards do not show ghosts.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use sluice_crds::QueueFigures;
+
+use super::decision::Decision;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub namespace: String,
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    namespace: String,
+    source: String,
+    reason: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Registered under the prefix `sluice_scaler_`.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    visible: Family<SourceLabels, Gauge>,
+    in_flight: Family<SourceLabels, Gauge>,
+    delayed: Family<SourceLabels, Gauge>,
+    backlog: Family<SourceLabels, Gauge>,
+    drain_per_replica: Family<SourceLabels, FloatGauge>,
+    current: Family<SourceLabels, Gauge>,
+    recommended: Family<SourceLabels, Gauge>,
+    desired: Family<SourceLabels, Gauge>,
+    changes: Family<ChangeLabels, Counter>,
+    poll_errors: Family<SourceLabels, Counter>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let r = registry.sub_registry_with_prefix("sluice_scaler");
+        r.register(
+            "queue_visible_messages",
+            "ApproximateNumberOfMessages, summed over the source's queues",
+            metrics.visible.clone(),
+        );
+        r.register(
+            "queue_in_flight_messages",
+            "ApproximateNumberOfMessagesNotVisible, summed",
+            metrics.in_flight.clone(),
+        );
+        r.register(
+            "queue_delayed_messages",
+            "ApproximateNumberOfMessagesDelayed, summed",
+            metrics.delayed.clone(),
+        );
+        r.register(
+            "backlog_messages",
+            "Messages counted toward scaling (per countInFlight, countDelayed)",
+            metrics.backlog.clone(),
+        );
+        r.register(
+            "drain_per_replica_messages_per_second",
+            "Mean delete rate of busy readers, from their leases (0: none reported)",
+            metrics.drain_per_replica.clone(),
+        );
+        r.register(
+            "current_replicas",
+            "The reader Deployment's spec.replicas before the decision",
+            metrics.current.clone(),
+        );
+        r.register(
+            "recommended_replicas",
+            "This interval's recommendation, before stabilization and step limit",
+            metrics.recommended.clone(),
+        );
+        r.register("desired_replicas", "Replicas the scaler decided", metrics.desired.clone());
+        r.register(
+            "scale_changes",
+            "Decisions that changed replicas, by Event reason",
+            metrics.changes.clone(),
+        );
+        r.register(
+            "poll_errors",
+            "Intervals without a decision because an input could not be read",
+            metrics.poll_errors.clone(),
+        );
+        metrics
+    }
+
+    /// Records one decision and its inputs.
+    pub fn observe(
+        &self,
+        labels: &SourceLabels,
+        figures: &QueueFigures,
+        drain: Option<f64>,
+        current: i32,
+        decision: &Decision,
+    ) {
+        self.visible.get_or_create(labels).set(figures.visible);
+        self.in_flight.get_or_create(labels).set(figures.in_flight);
+        self.delayed.get_or_create(labels).set(figures.delayed);
+        self.backlog.get_or_create(labels).set(decision.backlog);
+        self.drain_per_replica.get_or_create(labels).set(drain.unwrap_or(0.0));
+        self.current.get_or_create(labels).set(i64::from(current));
+        self.recommended.get_or_create(labels).set(i64::from(decision.recommended));
+        self.desired.get_or_create(labels).set(i64::from(decision.desired));
+        if let Some(reason) = decision.reason.event_reason() {
+            let labels = ChangeLabels {
+                namespace: labels.namespace.clone(),
+                source: labels.source.clone(),
+                reason: reason.to_owned(),
+            };
+            self.changes.get_or_create(&labels).inc();
+        }
+    }
+
+    pub fn poll_failed(&self, labels: &SourceLabels) {
+        self.poll_errors.get_or_create(labels).inc();
+    }
+
+    /// Drops the gauges of a source that no longer exists (counters stay: they are cumulative).
+    pub fn forget(&self, labels: &SourceLabels) {
+        for family in [
+            &self.visible,
+            &self.in_flight,
+            &self.delayed,
+            &self.backlog,
+            &self.current,
+            &self.recommended,
+            &self.desired,
+        ] {
+            family.remove(labels);
+        }
+        self.drain_per_replica.remove(labels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+    use prometheus_client::encoding::text::encode;
+    use sluice_crds::ScalingSpec;
+
+    use super::*;
+    use crate::scaler::decision::{Observation, decide};
+    use crate::scaler::history::History;
+
+    #[test]
+    fn inputs_and_outputs_are_exported_and_forgotten() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let labels = SourceLabels { namespace: "ns".into(), source: "orders".into() };
+        let figures = QueueFigures { visible: 900, in_flight: 100, delayed: 4, observed_at: None };
+        let seen = Observation {
+            figures: figures.clone(),
+            current: 2,
+            drain_per_replica: Some(2.5),
+            now: Timestamp::UNIX_EPOCH,
+        };
+        let decision = decide(&ScalingSpec::default(), &seen, History::default());
+        metrics.observe(&labels, &figures, Some(2.5), 2, &decision);
+
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"sluice_scaler_queue_visible_messages{namespace="ns",source="orders"} 900"#,
+            r#"sluice_scaler_backlog_messages{namespace="ns",source="orders"} 1000"#,
+            r#"sluice_scaler_drain_per_replica_messages_per_second{namespace="ns",source="orders"} 2.5"#,
+            r#"sluice_scaler_current_replicas{namespace="ns",source="orders"} 2"#,
+            r#"sluice_scaler_desired_replicas{namespace="ns",source="orders"} 10"#,
+            r#"sluice_scaler_scale_changes_total{namespace="ns",source="orders",reason="ScaledUp"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+
+        metrics.forget(&labels);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("sluice_scaler_desired_replicas{"), "{text}");
+        assert!(text.contains("sluice_scaler_scale_changes_total{"), "{text}");
+    }
+}

@@ -1,0 +1,217 @@
+//! One source's scaling loop: every `pollIntervalSeconds`, read the inputs, decide, apply.
+//!
+//! Why one loop per source: a source's interval comes from its own spec, and a slow queue endpoint
+//! or API call must delay only its own source. Each interval makes one GetQueueAttributes call per
+//! queue, one Deployment read and one lease list, whatever the replica count.
+//!
+//! Order of writes when replicas change: scaling up, the readers' `replicas` figure is published
+//! before the Deployment grows, so running readers shrink their share of the rate limit before new
+//! ones take theirs; scaling down, the Deployment shrinks first, since leaving readers stop
+//! receiving at once. Either way the source-wide limit is never exceeded by the change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use sluice_crds::SqsSource;
+use tokio_util::sync::CancellationToken;
+
+use super::apply::{self, ScaleStatus};
+use super::attributes::{AttributesError, QueueAttributes, source_figures};
+use super::decision::{Decision, Observation, decide};
+use super::drain::{drain_rate, lease_selector};
+use super::history::History;
+use super::metrics::{Metrics, SourceLabels};
+use crate::names::{SCALER_FIELD_MANAGER, checkpoint_name, reader_name};
+
+/// Shared by every source's loop.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub queues: Arc<dyn QueueAttributes>,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error("cannot read the queue: {0}")]
+    Queue(#[from] AttributesError),
+    #[error("kubernetes api: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the SqsSource has no namespace or uid yet")]
+    Incomplete,
+}
+
+/// What one loop remembers between intervals.
+#[derive(Debug, Default)]
+pub struct SourceState {
+    history: Option<History>,
+    last_scale: Option<(String, String)>,
+    status_written: Option<ScaleStatus>,
+    replicas_published: Option<i32>,
+}
+
+/// The result of one interval.
+#[derive(Debug, PartialEq)]
+pub enum Tick {
+    /// The reconciler has not created `<source>-reader` yet.
+    NoDeployment,
+    Decided {
+        current: i32,
+        decision: Decision,
+    },
+}
+
+fn labels_of(source: &SqsSource) -> SourceLabels {
+    SourceLabels { namespace: source.namespace().unwrap_or_default(), source: source.name_any() }
+}
+
+/// One interval for one source, at `now`.
+pub async fn tick(
+    ctx: &Context,
+    source: &SqsSource,
+    state: &mut SourceState,
+    now: Timestamp,
+) -> Result<Tick, TickError> {
+    let namespace = source.namespace().ok_or(TickError::Incomplete)?;
+    let name = source.name_any();
+    let spec = &source.spec;
+
+    let figures = source_figures(ctx.queues.as_ref(), &spec.queues).await?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
+        return Ok(Tick::NoDeployment);
+    };
+    let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(&name))).await?;
+    let now_ms = now.as_millisecond();
+    let empty = Default::default();
+    let drain = drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now_ms);
+
+    let history = state.history.take().unwrap_or_else(|| History::starting_at(now, current));
+    let seen = Observation { figures: figures.clone(), current, drain_per_replica: drain.per_replica, now };
+    let decision = decide(&spec.scaling, &seen, history);
+    state.history = Some(decision.history.clone());
+    ctx.metrics.observe(&labels_of(source), &figures, drain.per_replica, current, &decision);
+
+    let publish = spec.rate_limit.is_some();
+    if decision.changes(current) {
+        let up = decision.desired > current;
+        if up && publish {
+            publish_replicas(ctx, source, state, decision.desired).await?;
+        }
+        let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
+        let body = apply::deployment_replicas(&name, decision.desired);
+        deployments.patch(&reader_name(&name), &params, &Patch::Apply(&body)).await?;
+        if !up && publish {
+            publish_replicas(ctx, source, state, decision.desired).await?;
+        }
+        tracing::info!(%namespace, source = %name, from = current, to = decision.desired, reason = %decision.reason, "scaled readers");
+        state.last_scale = Some((now.to_string(), decision.reason.to_string()));
+    } else if publish && state.replicas_published != Some(current) {
+        publish_replicas(ctx, source, state, current).await?;
+    }
+
+    if state.status_written.is_none() {
+        // An apply that omits a field this manager owned deletes it: carry over what is there.
+        let status = source.status.as_ref();
+        if let Some((time, reason)) =
+            status.and_then(|s| s.last_scale_time.clone().zip(s.last_scale_reason.clone()))
+        {
+            state.last_scale.get_or_insert((time, reason));
+        }
+    }
+    let scale = ScaleStatus {
+        desired: decision.desired,
+        figures: figures.clone(),
+        drain_total: drain.total,
+        last_scale: state.last_scale.clone(),
+    };
+    if state.status_written.as_ref().is_none_or(|before| scale.differs_from(before)) {
+        let sources: Api<SqsSource> = Api::namespaced(ctx.client.clone(), &namespace);
+        let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
+        sources.patch_status(&name, &params, &Patch::Apply(&apply::status(&scale, &now.to_string()))).await?;
+        state.status_written = Some(scale);
+    }
+
+    if decision.changes(current)
+        && let Some(reason) = decision.reason.event_reason()
+    {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(format!("{} -> {} replicas: {}", current, decision.desired, decision.reason)),
+            action: "Scale".to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.recorder.publish(&event, &source.object_ref(&())).await {
+            // The scale happened; a lost Event must not make the next interval redo it.
+            tracing::warn!(%namespace, source = %name, %error, "cannot publish scale event");
+        }
+    }
+    Ok(Tick::Decided { current, decision })
+}
+
+async fn publish_replicas(
+    ctx: &Context,
+    source: &SqsSource,
+    state: &mut SourceState,
+    replicas: i32,
+) -> Result<(), TickError> {
+    let namespace = source.namespace().ok_or(TickError::Incomplete)?;
+    let owner = source.controller_owner_ref(&()).ok_or(TickError::Incomplete)?;
+    let name = source.name_any();
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
+    let body = apply::checkpoint_replicas(&name, replicas, &owner);
+    config_maps.patch(&checkpoint_name(&name), &params, &Patch::Apply(&body)).await?;
+    state.replicas_published = Some(replicas);
+    Ok(())
+}
+
+/// Runs `key`'s loop until the source is gone from `store` or `shutdown` fires.
+pub async fn run_source(
+    ctx: Context,
+    store: Store<SqsSource>,
+    key: ObjectRef<SqsSource>,
+    shutdown: CancellationToken,
+) {
+    let mut state = SourceState::default();
+    let mut labels = None;
+    while let Some(source) = store.get(&key) {
+        let started = tokio::time::Instant::now();
+        let source_labels = labels_of(&source);
+        match tick(&ctx, &source, &mut state, Timestamp::now()).await {
+            Ok(Tick::NoDeployment) => {
+                tracing::debug!(source = %key, "reader deployment not there yet");
+            }
+            Ok(Tick::Decided { .. }) => {}
+            Err(error) => {
+                ctx.metrics.poll_failed(&source_labels);
+                tracing::warn!(source = %key, %error, "no scaling decision this interval");
+            }
+        }
+        labels = Some(source_labels);
+        let interval =
+            Duration::from_secs(source.spec.scaling.poll_interval_seconds.max(1).unsigned_abs().into());
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(started + interval) => {}
+        }
+    }
+    if let Some(labels) = labels {
+        ctx.metrics.forget(&labels);
+    }
+}
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;
