@@ -201,3 +201,7 @@ impl Dispatcher {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

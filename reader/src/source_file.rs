@@ -1,8 +1,8 @@
 //! Reading the SqsSource YAML the reader runs from (standalone file or the operator's ConfigMap).
 //!
-//! Why one function: the same document the API server would accept must be accepted here, and
-//! the parser (serde_yaml today, the crds crate's validator when it lands) stays behind this
-//! one door. A parse error becomes a configuration error (exit 2) naming the field.
+//! Why one function: the same document the API server would accept must be accepted here, so the
+//! crds crate's validator (`parse_source_yaml`) is the only parser. A rejected document becomes a
+//! configuration error (exit 2) naming the field.
 
 use std::path::Path;
 
@@ -16,33 +16,19 @@ pub fn load(path: &Path) -> Result<SqsSource> {
     parse(&text)
 }
 
-/// The document's type, checked before the spec so a wrong kind is not reported as a bad field.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TypeMeta {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-}
-
+/// Parse and validate like the apiserver would (schema, unknown fields, CEL rules). The error
+/// names the first offending field and lists every violation.
 pub fn parse(text: &str) -> Result<SqsSource> {
-    if let Ok(meta) = serde_yaml::from_str::<TypeMeta>(text) {
-        if meta.kind != "SqsSource" {
-            return Err(Error::config("kind", format!("expected SqsSource, found {:?}", meta.kind)));
+    sluice_crds::validate::parse_source_yaml(text).map_err(|e| {
+        let (first, rest) = e.violations().split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
+        let field =
+            first.map(|v| v.path.clone()).filter(|p| !p.is_empty()).unwrap_or_else(|| "source".into());
+        let mut message = first.map(|v| v.message.clone()).unwrap_or_else(|| e.to_string());
+        for more in rest {
+            message.push_str(&format!("\n{more}"));
         }
-        if !meta.api_version.starts_with("sluice.dev/") {
-            return Err(Error::config(
-                "apiVersion",
-                format!("expected sluice.dev/v1alpha1, found {:?}", meta.api_version),
-            ));
-        }
-    }
-    let source: SqsSource = serde_yaml::from_str(text).map_err(|e| {
-        let field = e.to_string().split_once(": ").map(|(p, _)| p.to_owned()).filter(|p| !p.contains(' '));
-        Error::config(field.unwrap_or_else(|| "source".into()), e.to_string())
-    })?;
-    Ok(source)
+        Error::config(field, message)
+    })
 }
 
 #[cfg(test)]
@@ -62,14 +48,14 @@ mod tests {
     fn an_unknown_field_is_a_config_error_naming_it() {
         let err = parse(&DOC.replace("sinks:", "bogus: 1\n  sinks:")).unwrap_err();
         assert_eq!(err.exit_code(), 2);
-        assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
-        assert!(err.to_string().contains("spec"), "{err}");
+        assert!(err.to_string().contains("bogus"), "{err}");
+        assert!(err.to_string().starts_with("invalid configuration: spec"), "{err}");
     }
 
     #[test]
     fn the_kind_is_checked() {
         let err = parse(&DOC.replace("kind: SqsSource", "kind: ConfigMap")).unwrap_err();
-        assert!(err.to_string().contains("kind: expected SqsSource"), "{err}");
+        assert!(err.to_string().starts_with("invalid configuration: kind: "), "{err}");
     }
 
     #[test]

@@ -1,0 +1,168 @@
+//! Dispatch against scripted sinks: combining, dead-lettering, failOnError, FIFO groups, routes.
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use sluice_crds::RouteSpec;
+
+use super::*;
+use crate::sink::testing::record;
+use crate::sink::{DeadLetter, RoutedSink, Sink};
+
+/// Answers by body: `reject` => Rejected, `fail` => Failed, else Delivered (or always Delivered
+/// when `takes_all`); remembers what it saw.
+struct Scripted {
+    name: &'static str,
+    takes_all: bool,
+    seen: Mutex<Vec<String>>,
+}
+
+impl Scripted {
+    fn new(name: &'static str) -> Arc<Self> {
+        Arc::new(Self { name, takes_all: false, seen: Mutex::new(Vec::new()) })
+    }
+    fn taking_all(name: &'static str) -> Arc<Self> {
+        Arc::new(Self { name, takes_all: true, seen: Mutex::new(Vec::new()) })
+    }
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Sink for Scripted {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>> {
+        Box::pin(async move {
+            records
+                .iter()
+                .map(|r| {
+                    self.seen.lock().unwrap().push(r.message_id.clone());
+                    let body = String::from_utf8_lossy(&r.body);
+                    if self.takes_all {
+                        Outcome::Delivered
+                    } else if body.contains("reject") {
+                        Outcome::Rejected { reason: "HTTP 400".into() }
+                    } else if body.contains("fail") {
+                        Outcome::Failed { reason: "HTTP 503".into() }
+                    } else {
+                        Outcome::Delivered
+                    }
+                })
+                .collect()
+        })
+    }
+}
+
+fn item(id: &str, body: &str, group: Option<&str>) -> Item {
+    let mut r = record(id);
+    r.body = bytes::Bytes::from(body.to_owned());
+    r.group_id = group.map(str::to_owned);
+    Item { record: Arc::new(r), poison: None }
+}
+
+fn poison(id: &str) -> Item {
+    Item { record: Arc::new(record(id)), poison: Some("payload is not valid JSON".into()) }
+}
+
+fn dispatcher(sink: Arc<Scripted>, dead_letter: Option<Arc<Scripted>>, fail_on_error: bool) -> Dispatcher {
+    let sinks = Sinks {
+        sinks: vec![RoutedSink { sink, route: None }],
+        dead_letter: dead_letter.map(|d| DeadLetter::new(d as Arc<dyn Sink>)),
+    };
+    Dispatcher::new(sinks, fail_on_error, Arc::new(Metrics::new()))
+}
+
+#[test]
+fn rejection_beats_failure_beats_delivery() {
+    let d = Outcome::Delivered;
+    let f = Outcome::Failed { reason: "f".into() };
+    let r = Outcome::Rejected { reason: "r".into() };
+    assert_eq!(combine([&d, &d]), d);
+    assert_eq!(combine([&d, &f]), f);
+    assert_eq!(combine([&f, &r, &d]), r);
+    assert_eq!(combine([] as [&Outcome; 0]), d, "a record no sink takes is delivered to nothing");
+}
+
+#[tokio::test]
+async fn without_a_dead_letter_sink_rejected_records_go_back() {
+    let sink = Scripted::new("web");
+    let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
+    let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, false).await;
+    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Release, Verdict::Release, Verdict::Release]);
+    assert_eq!(sink.seen(), vec!["a", "b", "c"], "poison never reaches a sink");
+}
+
+#[tokio::test]
+async fn the_dead_letter_sink_settles_rejected_and_poison_records() {
+    let (sink, dlq) = (Scripted::new("web"), Scripted::taking_all("dlq"));
+    let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
+    let verdicts = dispatcher(sink, Some(dlq.clone()), false).dispatch(&items, false).await;
+    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Release, Verdict::Delete, Verdict::Delete]);
+    assert_eq!(dlq.seen(), vec!["c", "p"]);
+}
+
+#[tokio::test]
+async fn a_dead_letter_sink_that_fails_leaves_the_record_in_the_queue() {
+    let (sink, dlq) = (Scripted::new("web"), Scripted::new("dlq"));
+    // The dead-letter copy keeps the body, so the scripted dead-letter sink rejects it too.
+    let verdicts = dispatcher(sink, Some(dlq), false).dispatch(&[item("c", "reject", None)], false).await;
+    assert_eq!(verdicts, vec![Verdict::Release]);
+}
+
+#[tokio::test]
+async fn fail_on_error_stops_instead_of_dead_lettering() {
+    let (sink, dlq) = (Scripted::new("web"), Scripted::new("dlq"));
+    let items = [item("a", "ok", None), item("c", "reject", None), poison("p")];
+    let verdicts = dispatcher(sink, Some(dlq.clone()), true).dispatch(&items, false).await;
+    assert_eq!(verdicts[0], Verdict::Delete);
+    assert_eq!(verdicts[1], Verdict::Stop { reason: "HTTP 400".into() });
+    assert!(matches!(&verdicts[2], Verdict::Stop { reason } if reason.contains("JSON")));
+    assert!(dlq.seen().is_empty());
+}
+
+#[tokio::test]
+async fn fifo_releases_the_rest_of_a_group_after_a_failure_and_runs_groups_apart() {
+    let sink = Scripted::new("web");
+    let items = [
+        item("a1", "ok", Some("a")),
+        item("b1", "ok", Some("b")),
+        item("a2", "fail", Some("a")),
+        item("b2", "ok", Some("b")),
+        item("a3", "ok", Some("a")),
+    ];
+    let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, true).await;
+    assert_eq!(
+        verdicts,
+        vec![Verdict::Delete, Verdict::Delete, Verdict::Release, Verdict::Delete, Verdict::Release]
+    );
+    let seen = sink.seen();
+    assert!(!seen.contains(&"a3".to_string()), "a3 must not overtake the redelivery of a2: {seen:?}");
+    let pos = |id: &str| seen.iter().position(|s| s == id).unwrap();
+    assert!(pos("a1") < pos("a2") && pos("b1") < pos("b2"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn routes_pick_the_sinks_and_every_target_must_deliver() {
+    let (all, orders) = (Scripted::new("all"), Scripted::new("orders"));
+    let route = RouteSpec { attribute: "kind".into(), values: vec!["order".into()] };
+    let sinks = Sinks {
+        sinks: vec![
+            RoutedSink { sink: all.clone(), route: None },
+            RoutedSink { sink: orders.clone(), route: Some(route) },
+        ],
+        dead_letter: None,
+    };
+    let metrics = Arc::new(Metrics::new());
+    let dispatcher = Dispatcher::new(sinks, false, metrics.clone());
+    let mut order = record("o");
+    order.message_attributes.insert("kind".into(), "order".into());
+    let items = [Item { record: Arc::new(order), poison: None }, item("x", "ok", None)];
+    assert_eq!(dispatcher.dispatch(&items, false).await, vec![Verdict::Delete, Verdict::Delete]);
+    assert_eq!(all.seen(), vec!["o", "x"]);
+    assert_eq!(orders.seen(), vec!["o"]);
+    let text = metrics.encode();
+    assert!(text.contains("sluice_reader_delivered_messages_total{sink=\"all\"} 2"), "{text}");
+    assert!(text.contains("sluice_reader_delivered_messages_total{sink=\"orders\"} 1"), "{text}");
+}
