@@ -8,6 +8,7 @@
 //! `leader`, `metrics`, `admin` and `telemetry` are the process around it.
 
 pub mod access;
+pub mod admin;
 pub mod apply;
 pub mod backoff;
 pub mod build;
@@ -15,6 +16,7 @@ pub mod conditions;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod queue_check;
