@@ -9,6 +9,10 @@
 //! reader awaits before acking, and a reader that dies before that never acked, so its records
 //! return to the queue.
 //!
+//! Records of epoch 0 (atLeastOnce, where there are no epochs) are not buffered: each `deliver`
+//! writes them as one object and answers `Delivered` only once S3 has it, because under
+//! atLeastOnce the reader deletes a message as soon as its sink says `Delivered`.
+//!
 //! `commit` is idempotent and does not need this process's memory: without local state it lists
 //! the epoch's pending uploads under `<prefix>/<reader>/epoch-<E>/` and completes the newest (the
 //! incarnation that acked; older ones belong to processes that died or were fenced before acking
@@ -18,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use aws_sdk_s3::Client;
@@ -34,7 +39,7 @@ use super::aws_error::{self, AwsFailure};
 use super::build::SinkBuildError;
 use super::http::parse_http_url;
 use super::retry::{Class, RetryPolicy};
-use super::s3_layout::{append_line, epoch_prefix, new_incarnation, object_key};
+use super::s3_layout::{append_line, direct_key, epoch_prefix, new_incarnation, object_key};
 use super::stats::SinkStats;
 use super::{EpochSupport, Outcome, Sink, SinkError};
 use crate::record::Record;
@@ -53,6 +58,8 @@ pub struct S3Sink {
     incarnation: String,
     part_bytes: usize,
     epochs: Mutex<BTreeMap<u64, EpochUpload>>,
+    /// Sequence of the at-least-once objects of this incarnation.
+    direct_seq: AtomicU64,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
 }
@@ -120,6 +127,7 @@ impl S3Sink {
             incarnation: new_incarnation(now_ms),
             part_bytes: DEFAULT_PART_BYTES,
             epochs: Mutex::default(),
+            direct_seq: AtomicU64::new(0),
             policy,
             stats: Arc::default(),
         }
@@ -156,7 +164,50 @@ impl S3Sink {
         Ok(())
     }
 
+    async fn deliver_records(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
+        if records.iter().all(|r| r.epoch != 0) {
+            return self.buffer(records).await;
+        }
+        let (direct, epochal): (Vec<_>, Vec<_>) = (0..records.len()).partition(|i| records[*i].epoch == 0);
+        let pick = |indexes: &[usize]| indexes.iter().map(|i| records[*i].clone()).collect::<Vec<_>>();
+        let mut outcomes = vec![Outcome::Delivered; records.len()];
+        if let Err(e) = self.write_direct(&pick(&direct)).await {
+            for i in &direct {
+                outcomes[*i] = Outcome::Failed { reason: e.message.clone() };
+            }
+        }
+        for (i, outcome) in epochal.iter().zip(self.buffer(&pick(&epochal)).await) {
+            outcomes[*i] = outcome;
+        }
+        outcomes
+    }
+
+    /// At-least-once: the records as one object, durable and visible when this returns `Ok`.
+    async fn write_direct(&self, records: &[Arc<Record>]) -> Result<(), SinkError> {
+        let mut body = Vec::new();
+        for record in records {
+            append_line(&mut body, record);
+        }
+        let seq = self.direct_seq.fetch_add(1, Ordering::Relaxed);
+        let key = direct_key(&self.prefix, &self.reader, &self.incarnation, seq);
+        let body = bytes::Bytes::from(body);
+        self.retrying("PutObject", || {
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .content_type("application/x-ndjson")
+                .body(ByteStream::from(body.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn buffer(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
+        if records.is_empty() {
+            return Vec::new();
+        }
         let mut epochs = self.epochs.lock().await;
         let outcomes = records
             .iter()
@@ -389,7 +440,7 @@ impl Sink for S3Sink {
     }
 
     fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>> {
-        Box::pin(self.buffer(records))
+        Box::pin(self.deliver_records(records))
     }
 
     fn epoch_support(&self) -> EpochSupport {

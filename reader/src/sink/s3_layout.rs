@@ -5,7 +5,8 @@
 //! dead reader's epoch) can find that epoch's pending uploads by listing one prefix; the object
 //! name carries an incarnation (the process that wrote it) so a restarted reader with the same
 //! identity never writes over, or completes by mistake, what an earlier process left behind.
-//! Epochs are zero-padded so a listing sorts them in order.
+//! Epochs are zero-padded so a listing sorts them in order. Under atLeastOnce (epoch 0) there is
+//! no transaction: each `deliver` writes `<prefix>/<reader>/direct/<incarnation>-<seq>.jsonl`.
 //!
 //! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
 //! `groupId`, `attributes` (message attributes) and `body` (the body as text).
@@ -27,6 +28,13 @@ pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
 /// The object one incarnation of a reader writes for one epoch.
 pub fn object_key(prefix: &str, reader: &str, epoch: u64, incarnation: &str) -> String {
     format!("{}{incarnation}.jsonl", epoch_prefix(prefix, reader, epoch))
+}
+
+/// The object one at-least-once `deliver` call writes (records of epoch 0 need no transaction).
+pub fn direct_key(prefix: &str, reader: &str, incarnation: &str, seq: u64) -> String {
+    let prefix = prefix.trim_matches('/');
+    let path = format!("{reader}/direct/{incarnation}-{seq:010}.jsonl");
+    if prefix.is_empty() { path } else { format!("{prefix}/{path}") }
 }
 
 /// A fresh incarnation id: hex milliseconds (so incarnations sort by start time) and randomness.
@@ -61,6 +69,8 @@ mod tests {
         assert_eq!(epoch_prefix("", "r", 1), "r/epoch-00000000000000000001/");
         assert_eq!(object_key("a/b", "r", 12, "inc"), "a/b/r/epoch-00000000000000000012/inc.jsonl");
         assert!(epoch_prefix("p", "r", 9) < epoch_prefix("p", "r", 10), "epochs sort numerically");
+        assert_eq!(direct_key("out/", "r", "inc", 3), "out/r/direct/inc-0000000003.jsonl");
+        assert_eq!(direct_key("", "r", "inc", 3), "r/direct/inc-0000000003.jsonl");
     }
 
     #[test]

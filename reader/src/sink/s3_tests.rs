@@ -189,3 +189,19 @@ async fn a_stale_incarnations_upload_never_becomes_output() {
     assert_eq!(objects.values().collect::<Vec<_>>(), vec![&vec!["new".to_string()]]);
     assert_eq!(bucket.pending_uploads().await, 0, "the zombie's upload was aborted");
 }
+
+#[tokio::test]
+async fn at_least_once_records_are_visible_when_delivered() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let sink = bucket.sink(&aws);
+    assert_eq!(sink.deliver(&records(0, &["m1", "m2"])).await, vec![Outcome::Delivered; 2]);
+    let mixed = [records(0, &["m3"]), records(7, &["e1"])].concat();
+    assert_eq!(sink.deliver(&mixed).await, vec![Outcome::Delivered; 2]);
+    let objects = bucket.objects().await;
+    let keys: Vec<_> = objects.keys().map(String::as_str).collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("out/reader-0/direct/")), "{keys:?}");
+    let ids: Vec<_> = objects.values().flatten().map(String::as_str).collect();
+    assert_eq!(ids, ["m1", "m2", "m3"], "epoch 7 waits for its commit");
+}
