@@ -13,8 +13,12 @@ pub mod decision;
 pub mod drain;
 pub mod history;
 pub mod metrics;
+pub mod reaction;
 pub mod reason;
 pub mod task;
+
+#[cfg(test)]
+mod burst_tests;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
