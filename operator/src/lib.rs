@@ -9,9 +9,11 @@
 
 pub mod access;
 pub mod admin;
+pub mod app;
 pub mod apply;
 pub mod backoff;
 pub mod build;
+pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod error;
@@ -22,6 +24,7 @@ pub mod names;
 pub mod queue_check;
 pub mod reconcile;
 pub mod status;
+pub mod telemetry;
 pub mod validate;
 
 pub mod scaler;

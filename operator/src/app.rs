@@ -1,0 +1,157 @@
+//! The operator process: logs, clients, admin server, leader election, and the tasks that run
+//! while this replica leads (the controller and the autoscaler).
+//!
+//! Why one shutdown token: SIGTERM, Ctrl-C and lost leadership must stop every task together and
+//! let each finish what it is doing; a lost Lease ends the process with an error, so Kubernetes
+//! restarts it as a standby instead of leaving a replica that still writes beside a new leader.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, AdminState};
+use crate::backoff::Failures;
+use crate::cli::{Cli, Switch};
+use crate::controller::{self, Scope};
+use crate::leader::{Elector, LeaseTimings};
+use crate::metrics::Metrics;
+use crate::names::FIELD_MANAGER;
+use crate::queue_check::sqs::SqsInspector;
+use crate::reconcile::Context;
+use crate::scaler::{self, SqsQueueAttributes};
+use crate::telemetry;
+
+/// Why the operator stopped. `Debug` prints the message, because `main` returning an error prints
+/// it with `Debug` and a user should read a sentence, not a struct.
+#[derive(thiserror::Error)]
+pub enum AppError {
+    #[error("cannot set up logging: {0}")]
+    Logging(String),
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot install signal handlers or bind the admin server: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(
+        "leader election needs the Lease namespace and this pod's name: set POD_NAMESPACE and POD_NAME (downward API), or pass --leader-election off"
+    )]
+    LeaseIdentity,
+    #[error("lost the leader Lease; exiting so that this replica restarts as a standby")]
+    LeadershipLost,
+}
+
+impl std::fmt::Debug for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// Runs the operator until SIGTERM/SIGINT, or until leadership is lost.
+pub async fn run(cli: Cli) -> Result<(), AppError> {
+    telemetry::init(cli.log_format).map_err(AppError::Logging)?;
+    let client = Client::try_default().await?;
+    let shutdown = CancellationToken::new();
+    watch_signals(shutdown.clone())?;
+
+    let elector = match cli.leader_election {
+        Switch::Off => None,
+        Switch::On => {
+            let (Some(namespace), Some(identity)) = (&cli.lease_namespace, &cli.identity) else {
+                return Err(AppError::LeaseIdentity);
+            };
+            let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+            Some(Elector::new(api, &cli.lease_name, identity, LeaseTimings::default()))
+        }
+    };
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let inspector = SqsInspector::new(aws);
+    let scaler = scaler::run(
+        client.clone(),
+        Arc::new(SqsQueueAttributes::new(inspector.clone())),
+        &mut registry,
+        shutdown.child_token(),
+    );
+
+    let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
+    let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
+    admin_state.ready.store(true, Ordering::Relaxed);
+
+    if let Some(elector) = &elector {
+        tracing::info!(lease = %cli.lease_name, "waiting to lead");
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = shutdown.cancelled() => return finish(admin, Ok(())).await,
+        }
+    }
+
+    let reporter = Reporter { controller: FIELD_MANAGER.to_owned(), instance: cli.identity.clone() };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        inspector: Arc::new(inspector),
+        reader_image: cli.reader_image.clone(),
+        metrics,
+        failures: Failures::default(),
+    });
+    let scope = cli.namespace.clone().map_or(Scope::All, Scope::Namespace);
+    tracing::info!(?scope, "leading: reconciling and scaling");
+    let stop = shutdown.clone();
+    let controller = controller::run(ctx, scope, async move { stop.cancelled().await });
+    let work = async {
+        tokio::join!(controller, scaler);
+    };
+    let lost = async {
+        match &elector {
+            Some(elector) => elector.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(work);
+    let outcome = tokio::select! {
+        () = &mut work => Ok(()),
+        () = lost => {
+            tracing::error!("lost the leader Lease; stopping");
+            shutdown.cancel();
+            work.await;
+            Err(AppError::LeadershipLost)
+        }
+    };
+    if let (Some(elector), Ok(())) = (&elector, &outcome) {
+        elector.release().await;
+    }
+    finish(admin, outcome).await
+}
+
+/// Stops the admin server and returns `outcome` (or the admin server's own failure).
+async fn finish(
+    admin: tokio::task::JoinHandle<std::io::Result<()>>,
+    outcome: Result<(), AppError>,
+) -> Result<(), AppError> {
+    admin.abort();
+    match admin.await {
+        Ok(Err(e)) => outcome.and(Err(AppError::Io(e))),
+        _ => outcome,
+    }
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+fn watch_signals(shutdown: CancellationToken) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
