@@ -287,3 +287,40 @@ async fn nothing_is_written_before_the_reconciler_creates_the_deployment() {
     assert_eq!(run_tick(&ctx, &source, &mut state, now).await, Tick::NoDeployment);
     server.await.unwrap();
 }
+
+fn not_found() -> Expect {
+    Expect { method: Method::GET, path: DEPLOYMENT, applied: false, answer: Answer::NotFound }
+}
+
+#[tokio::test]
+async fn the_loop_polls_each_interval_and_ends_with_its_source() {
+    let queue = FakeQueue::new(10, 0);
+    let (ctx, handle) = context(queue.clone());
+    let source = source(json!({ "pollIntervalSeconds": 1 }));
+    let (store, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
+    let server = tokio::spawn(serve(handle, vec![not_found(), not_found()]));
+    let started = tokio::time::Instant::now();
+    let looping =
+        tokio::spawn(run_source(ctx, store, ObjectRef::from_obj(&source), CancellationToken::new()));
+
+    server.await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(1), "two polls are an interval apart");
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(source));
+    tokio::time::timeout(Duration::from_secs(3), looping).await.expect("the loop ended").unwrap();
+    assert_eq!(queue.calls().values().collect::<Vec<_>>(), [&2, &2]);
+}
+
+#[tokio::test]
+async fn shutdown_interrupts_the_wait_between_polls() {
+    let (ctx, handle) = context(FakeQueue::new(10, 0));
+    let source = source(json!({ "pollIntervalSeconds": 300 }));
+    let (store, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
+    let server = tokio::spawn(serve(handle, vec![not_found()]));
+    let shutdown = CancellationToken::new();
+    let looping = tokio::spawn(run_source(ctx, store, ObjectRef::from_obj(&source), shutdown.clone()));
+    server.await.unwrap();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(3), looping).await.expect("the loop ended").unwrap();
+}
