@@ -210,3 +210,17 @@ async fn concurrency_is_capped_across_deliver_calls() {
     assert_eq!(server.seen.lock().unwrap().len(), 16);
     assert_eq!(server.max_in_flight.load(Ordering::SeqCst), 3, "the cap is reached and never exceeded");
 }
+
+#[tokio::test]
+async fn an_http_dead_letter_carries_the_reason_as_extension_headers() {
+    let (server, url) = serve(|_| Reply::Status(200)).await;
+    let dead_letter = super::DeadLetter::new(Arc::new(sink(&url, 2_000, 1, 1)));
+    let rejected = vec![(Arc::new(record("poison")), "HTTP 400 Bad Request".to_string())];
+    assert_eq!(dead_letter.send(&rejected).await, vec![Outcome::Delivered]);
+    let seen = server.seen.lock().unwrap();
+    let h = |name: &str| seen[0].0.get(name).unwrap().to_str().unwrap().to_owned();
+    assert_eq!(h("ce-id"), "poison");
+    assert_eq!(h("ce-sluicedlqreason"), "HTTP%20400%20Bad%20Request");
+    assert_eq!(h("ce-sluicesourcemessageid"), "poison");
+    assert_eq!(h("ce-sluicesourcequeue"), "http://127.0.0.1:4566/queue/us-east-1/000000000000/source");
+}

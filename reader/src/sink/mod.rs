@@ -30,6 +30,8 @@ mod s3_layout;
 mod s3_tests;
 pub mod sqs;
 #[cfg(test)]
+mod sqs_batch_tests;
+#[cfg(test)]
 mod sqs_tests;
 pub mod stats;
 #[cfg(test)]
