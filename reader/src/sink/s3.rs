@@ -64,6 +64,9 @@ pub struct S3Sink {
     stats: Arc<SinkStats>,
 }
 
+/// Finished epochs remembered (so a late record or a repeated call gets a clear answer).
+const REMEMBERED_EPOCHS: usize = 64;
+
 /// One epoch's transaction in this process.
 #[derive(Default)]
 struct EpochUpload {
@@ -72,6 +75,28 @@ struct EpochUpload {
     parts: Vec<CompletedPart>,
     /// `pre_commit` ran: the epoch takes no more records.
     sealed: bool,
+    /// `commit` or `abort` ran.
+    finished: Option<Finished>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finished {
+    Committed,
+    Aborted,
+}
+
+impl EpochUpload {
+    fn finished(how: Finished) -> Self {
+        Self { finished: Some(how), ..Self::default() }
+    }
+}
+
+/// Forget all but the newest finished epochs; open ones are always kept.
+fn prune(epochs: &mut BTreeMap<u64, EpochUpload>) {
+    let finished: Vec<u64> = epochs.iter().filter(|(_, u)| u.finished.is_some()).map(|(e, _)| *e).collect();
+    for epoch in finished.iter().take(finished.len().saturating_sub(REMEMBERED_EPOCHS)) {
+        epochs.remove(epoch);
+    }
 }
 
 impl S3Sink {
@@ -213,6 +238,10 @@ impl S3Sink {
             .iter()
             .map(|record| {
                 let upload = epochs.entry(record.epoch).or_default();
+                if let Some(how) = upload.finished {
+                    let reason = format!("epoch {} is already {how:?}", record.epoch).to_lowercase();
+                    return Outcome::Failed { reason };
+                }
                 if upload.sealed {
                     let reason = format!("epoch {} is already pre-committed", record.epoch);
                     return Outcome::Failed { reason };
@@ -455,6 +484,11 @@ impl Sink for S3Sink {
         Box::pin(async move {
             let mut epochs = self.epochs.lock().await;
             let Some(upload) = epochs.get_mut(&epoch) else { return Ok(()) };
+            match upload.finished {
+                Some(Finished::Committed) => return Ok(()),
+                Some(Finished::Aborted) => return Err(self.error(format!("epoch {epoch} was aborted"))),
+                None => {}
+            }
             if !upload.buffer.is_empty() {
                 self.flush(epoch, upload).await?;
             }
@@ -470,6 +504,11 @@ impl Sink for S3Sink {
                 drop(epochs);
                 return self.commit_for(&self.reader, epoch).await;
             };
+            match upload.finished {
+                Some(Finished::Committed) => return Ok(()),
+                Some(Finished::Aborted) => return Err(self.error(format!("epoch {epoch} was aborted"))),
+                None => {}
+            }
             if !upload.buffer.is_empty() {
                 self.flush(epoch, upload).await?;
             }
@@ -481,7 +520,8 @@ impl Sink for S3Sink {
                     self.abort_upload(&stale_key, &stale_id).await?;
                 }
             }
-            epochs.remove(&epoch);
+            epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
+            prune(&mut epochs);
             Ok(())
         })
     }
@@ -489,13 +529,38 @@ impl Sink for S3Sink {
     fn abort(&self, epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
         Box::pin(async move {
             let mut epochs = self.epochs.lock().await;
-            if let Some(upload) = epochs.remove(&epoch)
-                && let Some(upload_id) = upload.upload_id
-            {
-                self.abort_upload(&self.object_key(epoch), &upload_id).await?;
+            let previous = epochs.insert(epoch, EpochUpload::finished(Finished::Aborted));
+            prune(&mut epochs);
+            match previous {
+                Some(EpochUpload { finished: Some(Finished::Committed), .. }) => {
+                    epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
+                    return Err(self.error(format!("epoch {epoch} is committed; it cannot be aborted")));
+                }
+                Some(EpochUpload { upload_id: Some(upload_id), finished: None, .. }) => {
+                    self.abort_upload(&self.object_key(epoch), &upload_id).await?;
+                }
+                _ => {}
             }
             drop(epochs);
             self.abort_for(&self.reader, epoch).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_open_epochs_and_the_newest_finished() {
+        let mut epochs = BTreeMap::new();
+        for epoch in 1..=100 {
+            epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
+        }
+        epochs.insert(3, EpochUpload::default());
+        prune(&mut epochs);
+        assert!(epochs.contains_key(&3), "an open epoch is never forgotten");
+        assert_eq!(epochs.len(), REMEMBERED_EPOCHS + 1);
+        assert!(epochs.contains_key(&100) && !epochs.contains_key(&36) && epochs.contains_key(&37));
     }
 }

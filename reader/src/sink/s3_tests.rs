@@ -105,6 +105,10 @@ async fn an_epoch_becomes_visible_on_commit_exactly_once() {
     assert!(key.starts_with("out/reader-0/epoch-00000000000000000001/"), "{key}");
     assert_eq!(ids, &["a", "b", "c"]);
     assert_eq!(bucket.pending_uploads().await, 0);
+    let late = sink.deliver(&records(1, &["later"])).await;
+    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("committed")), "{late:?}");
+    assert!(sink.abort(1).await.is_err(), "a committed epoch cannot be aborted");
+    assert_eq!(bucket.objects().await.len(), 1);
 }
 
 #[tokio::test]
@@ -116,7 +120,9 @@ async fn an_aborted_epoch_leaves_nothing() {
     sink.pre_commit(2).await.unwrap();
     sink.abort(2).await.unwrap();
     sink.abort(2).await.unwrap();
-    sink.commit(2).await.unwrap();
+    assert!(sink.commit(2).await.unwrap_err().message.contains("aborted"));
+    let late = sink.deliver(&records(2, &["z"])).await;
+    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("aborted")), "{late:?}");
     assert!(bucket.objects().await.is_empty());
     assert_eq!(bucket.pending_uploads().await, 0);
 }
