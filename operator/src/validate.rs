@@ -85,9 +85,33 @@ pub fn validate<'a>(
         ));
     }
 
+    check_schema(source, &name, &namespace, &mut problems);
+
     match (problems.is_empty(), image) {
         (true, Some(image)) => Ok(Validated { source, name, namespace, image: image.to_owned() }),
         _ => Err(problems),
+    }
+}
+
+/// The reader parses its `source.yaml` with `sluice_crds::validate`, which applies the CRD's
+/// schema and CEL rules; a document it rejects would crash-loop every reader. So the operator
+/// runs the same check on the same rendering first (it also catches objects stored before a rule
+/// existed). Violations at a path already reported above are not repeated.
+fn check_schema(source: &SqsSource, name: &str, namespace: &str, problems: &mut Vec<Problem>) {
+    let rendered = crate::build::reader_view(source, name, namespace);
+    let Ok(value) = serde_json::to_value(&rendered) else {
+        return;
+    };
+    let Err(error) = sluice_crds::validate::validate_source_value(&value) else {
+        return;
+    };
+    for violation in error.violations() {
+        if problems.iter().any(|p| !violation.path.is_empty() && p.field == violation.path) {
+            continue;
+        }
+        let reason = if violation.rule.is_some() { "RuleViolated" } else { "SchemaViolated" };
+        let field = if violation.path.is_empty() { "spec".to_owned() } else { violation.path.clone() };
+        problems.push(Problem::new(reason, &field, format!("{field}: {}", violation.message)));
     }
 }
 

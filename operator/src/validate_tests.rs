@@ -84,6 +84,15 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
         }),
         ("ScalingInvalid", |s| s.spec.scaling.max_replicas = 0),
         ("NameTooLong", |s| s.metadata.name = Some("x".repeat(64))),
+        // Caught only by the CRD schema and CEL rules, which the reader applies too.
+        ("SchemaViolated", |s| s.spec.delivery.retry.max_attempts = 101),
+        ("RuleViolated", |s| {
+            s.spec.rate_limit = Some(sluice_crds::RateLimitSpec {
+                messages_per_second: None,
+                bytes_per_second: None,
+                burst_seconds: None,
+            });
+        }),
     ];
     for (want, edit) in cases {
         let mut source = fixtures::source(fixtures::BASIC);

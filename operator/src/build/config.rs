@@ -18,11 +18,17 @@ use crate::error::{Error, Result};
 use crate::names;
 use crate::validate::Validated;
 
+/// The source as the readers see it: name, namespace and spec only.
+pub fn reader_view(source: &SqsSource, name: &str, namespace: &str) -> SqsSource {
+    let mut view = SqsSource::new(name, source.spec.clone());
+    view.metadata.namespace = Some(namespace.to_owned());
+    view
+}
+
 /// The `source.yaml` the readers load.
 pub fn render_source(valid: &Validated<'_>) -> Result<String> {
-    let mut rendered = SqsSource::new(&valid.name, valid.source.spec.clone());
-    rendered.metadata.namespace = Some(valid.namespace.clone());
-    serde_yaml::to_string(&rendered).map_err(|e| Error::Render(e.to_string()))
+    let view = reader_view(valid.source, &valid.name, &valid.namespace);
+    serde_yaml::to_string(&view).map_err(|e| Error::Render(e.to_string()))
 }
 
 /// First 16 hex digits of the SHA-256 of the rendered configuration.

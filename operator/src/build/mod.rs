@@ -15,7 +15,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-pub use config::{config_hash, render_source};
+pub use config::{config_hash, reader_view, render_source};
 pub use grace::{ShutdownPlan, shutdown_plan};
 
 use crate::error::{Error, Result};
