@@ -1,0 +1,161 @@
+//! Fixtures shared by the validation tests: one valid SqsSource that sets every optional block,
+//! and helpers to change one field of it and validate the result.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use serde_json::{Value, json};
+use sluice_crds::validate::{SpecError, validate_source_value};
+
+pub const LOCALSTACK: &str = "http://127.0.0.1:4566";
+
+pub fn queue_url(name: &str) -> String {
+    format!("{LOCALSTACK}/queue/us-east-1/000000000000/{name}")
+}
+
+/// A valid source with every optional block present, so every bound and rule has a field to bite.
+pub fn full() -> Value {
+    json!({
+        "apiVersion": "sluice.dev/v1alpha1",
+        "kind": "SqsSource",
+        "metadata": {"name": "full", "namespace": "default"},
+        "spec": {
+            "queues": [{"url": queue_url("orders"), "endpoint": LOCALSTACK, "region": "us-east-1", "weight": 2}],
+            "credentials": {
+                "source": "AssumeRole",
+                "roleArn": "arn:aws:iam::123456789012:role/reader",
+                "externalId": "ext-1"
+            },
+            "receive": {
+                "maxMessages": 10, "waitTimeSeconds": 20, "visibilityTimeoutSeconds": 30, "pollers": 4,
+                "attributeNames": ["All"], "messageAttributeNames": ["All"]
+            },
+            "rateLimit": {"messagesPerSecond": 100, "bytesPerSecond": 100000, "burstSeconds": 2},
+            "delivery": {
+                "guarantee": "atLeastOnce", "checkpointIntervalSeconds": 5, "failOnError": false,
+                "retry": {
+                    "strategy": "fixed", "maxAttempts": 3, "initialDelayMs": 50, "maxDelayMs": 1000,
+                    "maxElapsedSeconds": 30, "jitter": false, "retryableStatusCodes": [429, 503]
+                }
+            },
+            "sinks": [
+                {
+                    "name": "web",
+                    "http": {
+                        "url": "http://127.0.0.1:8080/events", "timeoutMs": 1000, "concurrency": 8,
+                        "headers": {"x-team": "payments"}, "eventType": "com.example.order"
+                    },
+                    "route": {"attribute": "kind", "values": ["order"]}
+                },
+                {
+                    "name": "forward",
+                    "sqs": {"queueUrl": queue_url("copies"), "endpoint": LOCALSTACK, "region": "us-east-1"}
+                },
+                {
+                    "name": "archive",
+                    "s3": {"bucket": "sluice-archive", "prefix": "orders/", "endpoint": LOCALSTACK, "region": "us-east-1"}
+                },
+                {"name": "debug", "log": {"body": true}}
+            ],
+            "deadLetterSink": {
+                "name": "dead",
+                "sqs": {"queueUrl": queue_url("dead"), "endpoint": LOCALSTACK, "region": "us-east-1"}
+            },
+            "payload": {"format": "json"},
+            "scaling": {
+                "minReplicas": 0, "maxReplicas": 5, "targetMessagesPerReplica": 50, "activationThreshold": 1,
+                "countInFlight": true, "countDelayed": true, "targetDrainSeconds": 30, "scaleUpMaxStep": 2,
+                "scaleDownStabilizationSeconds": 120, "idleCooldownSeconds": 300, "pollIntervalSeconds": 10
+            },
+            "reader": {"image": "sluice-reader:dev", "logLevel": "debug", "terminationGracePeriodSeconds": 30}
+        },
+        "status": {
+            "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "desiredReplicas": 1,
+            "currentEpoch": 2, "committedEpoch": 1,
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]
+        }
+    })
+}
+
+/// `full()` with credentials from a Secret, so the `secretRef` fields exist.
+pub fn full_with_secret() -> Value {
+    let mut v = full();
+    v["spec"]["credentials"] = json!({
+        "source": "Secret",
+        "secretRef": {
+            "name": "aws", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret", "sessionTokenKey": "token"
+        }
+    });
+    v
+}
+
+/// Validates and returns the error, panicking if the object was accepted.
+pub fn rejected(v: &Value) -> SpecError {
+    match validate_source_value(v) {
+        Ok(_) => panic!(
+            "expected a rejection of:\n{}",
+            serde_json::to_string_pretty(&v["spec"]).unwrap_or_default()
+        ),
+        Err(e) => e,
+    }
+}
+
+/// Validates, panicking with the violations if the object was rejected.
+pub fn accepted(v: &Value) {
+    if let Err(e) = validate_source_value(v) {
+        panic!("expected acceptance, got:\n{e}");
+    }
+}
+
+/// Sets the field at a dotted path (`spec.sinks[].http.timeoutMs`); `[]` selects the first entry
+/// of the list in which the rest of the path's parent exists. Returns the concrete path set
+/// (`spec.sinks[0].http.timeoutMs`), or `None` if no parent exists.
+pub fn set_path(value: &mut Value, path: &str, new: Value) -> Option<String> {
+    let segments: Vec<&str> = path.split('.').collect();
+    set_segments(value, &segments, new, String::new())
+}
+
+fn set_segments(value: &mut Value, segments: &[&str], new: Value, done: String) -> Option<String> {
+    let (first, rest) = segments.split_first()?;
+    let (key, each) = match first.strip_suffix("[]") {
+        Some(key) => (key, true),
+        None => (*first, false),
+    };
+    let here = if done.is_empty() { key.to_owned() } else { format!("{done}.{key}") };
+    let obj = value.as_object_mut()?;
+    if rest.is_empty() && !each {
+        obj.insert(key.to_owned(), new);
+        return Some(here);
+    }
+    let child = obj.get_mut(key)?;
+    if !each {
+        return set_segments(child, rest, new, here);
+    }
+    let items = child.as_array_mut()?;
+    if rest.is_empty() {
+        return None;
+    }
+    for (i, item) in items.iter_mut().enumerate() {
+        let mut probe = item.clone();
+        if let Some(p) = set_segments(&mut probe, rest, new.clone(), format!("{here}[{i}]")) {
+            *item = probe;
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Reads the field at a dotted path, with `[]` as in [`set_path`].
+pub fn get_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    let segments: Vec<&str> = path.split('.').collect();
+    get_segments(value, &segments)
+}
+
+fn get_segments<'a>(value: &'a Value, segments: &[&str]) -> Option<&'a Value> {
+    let Some((first, rest)) = segments.split_first() else { return Some(value) };
+    match first.strip_suffix("[]") {
+        Some(key) => value.get(key)?.as_array()?.iter().find_map(|item| get_segments(item, rest)),
+        None => get_segments(value.get(*first)?, rest),
+    }
+}
