@@ -31,6 +31,9 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
+    // Every child names the source as its controller with blockOwnerDeletion, which the
+    // OwnerReferencesPermissionEnforcement admission plugin authorizes as this.
+    ApiCall::new("sluice.dev", "sqssources/finalizers", "update"),
 ];
 
 /// Applies every child in its namespace; returns the Deployment as the server now has it (with

@@ -1,0 +1,153 @@
+//! Every RBAC rule is traced to a call the code makes, and every call to a rule.
+//!
+//! The operator's calls are the `API_CALLS` consts kept next to the code that makes them; the
+//! autoscaler's (helper F's `operator/src/scaler`) are listed below until that module exports its
+//! own. Creating the readers' Role also requires holding what it grants (Kubernetes' escalation
+//! check), so the readers' calls count as operator permissions too. The test fails on a rule
+//! without a call, a call without a rule, or a wildcard.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use serde::Deserialize;
+use sluice_operator::access::ApiCall;
+
+/// What `operator/src/scaler` calls: a watch of sources, get + apply (replicas) of the reader
+/// Deployment, a label-selected list of lease ConfigMaps, an apply of the checkpoint ConfigMap,
+/// its status fields, and scale Events.
+const SCALER_API_CALLS: &[ApiCall] = &[
+    ApiCall::new("sluice.dev", "sqssources", "list"),
+    ApiCall::new("sluice.dev", "sqssources", "watch"),
+    ApiCall::new("apps", "deployments", "get"),
+    ApiCall::new("apps", "deployments", "patch"),
+    ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "patch"),
+    ApiCall::new("", "configmaps", "create"),
+    ApiCall::new("sluice.dev", "sqssources/status", "patch"),
+    ApiCall::new("events.k8s.io", "events", "create"),
+    ApiCall::new("events.k8s.io", "events", "patch"),
+];
+
+type Triple = (String, String, String);
+
+fn triples(calls: &[&[ApiCall]]) -> BTreeSet<Triple> {
+    calls
+        .iter()
+        .flat_map(|c| c.iter())
+        .map(|c| (c.group.to_owned(), c.resource.to_owned(), c.verb.to_owned()))
+        .collect()
+}
+
+/// Expands rules into (group, resource, verb); fails on wildcards and on non-resource rules.
+fn expand(rules: &[PolicyRule]) -> BTreeSet<Triple> {
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        let groups = rule.api_groups.clone().unwrap_or_default();
+        let resources = rule.resources.clone().unwrap_or_default();
+        assert!(rule.non_resource_urls.is_none(), "unexpected nonResourceURLs rule: {rule:?}");
+        for field in [&groups, &resources, &rule.verbs] {
+            assert!(!field.iter().any(|v| v.contains('*')), "wildcard in {rule:?}");
+        }
+        for g in &groups {
+            for r in &resources {
+                for v in &rule.verbs {
+                    out.insert((g.clone(), r.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn documents<T: for<'de> Deserialize<'de>>(text: &str) -> Vec<T> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap_or_default())
+        .filter(|v| v.get("kind").is_some())
+        .filter_map(|v| serde_yaml::from_value(v).ok())
+        .collect()
+}
+
+fn kind_of(doc: &serde_yaml::Value) -> String {
+    doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_owned()
+}
+
+/// The permissions the deploy/ manifests give the operator.
+fn operator_rules() -> BTreeSet<Triple> {
+    let cluster_role = include_str!("../../deploy/operator/clusterrole.yaml");
+    let leader = include_str!("../../deploy/operator/leader-election.yaml");
+    let mut rules = BTreeSet::new();
+    for role in documents::<ClusterRole>(cluster_role) {
+        rules.extend(expand(&role.rules.unwrap_or_default()));
+    }
+    let leader_docs: Vec<serde_yaml::Value> = documents(leader);
+    for doc in leader_docs.into_iter().filter(|d| kind_of(d) == "Role") {
+        let role: Role = match serde_yaml::from_value(doc) {
+            Ok(r) => r,
+            Err(e) => panic!("leader-election Role does not parse: {e}"),
+        };
+        rules.extend(expand(&role.rules.unwrap_or_default()));
+    }
+    rules
+}
+
+fn operator_calls() -> BTreeSet<Triple> {
+    triples(&[
+        sluice_operator::controller::API_CALLS,
+        sluice_operator::apply::API_CALLS,
+        sluice_operator::status::API_CALLS,
+        sluice_operator::events::API_CALLS,
+        sluice_operator::leader::elector::API_CALLS,
+        SCALER_API_CALLS,
+        // Escalation check: the operator must hold what the readers' Role grants.
+        sluice_operator::build::rbac::READER_API_CALLS,
+    ])
+}
+
+fn readers_role() -> Role {
+    let source = match serde_yaml::from_str(include_str!("fixtures/basic.yaml")) {
+        Ok(s) => s,
+        Err(e) => panic!("fixture: {e}"),
+    };
+    let valid = match sluice_operator::validate::validate(&source, Some("img")) {
+        Ok(v) => v,
+        Err(p) => panic!("fixture invalid: {p:?}"),
+    };
+    match sluice_operator::build::build(&valid) {
+        Ok(children) => children.role,
+        Err(e) => panic!("build: {e}"),
+    }
+}
+
+#[test]
+fn every_operator_rule_has_a_call_and_every_call_a_rule() {
+    let rules = operator_rules();
+    let calls = operator_calls();
+    let unused: Vec<_> = rules.difference(&calls).collect();
+    let missing: Vec<_> = calls.difference(&rules).collect();
+    assert!(unused.is_empty(), "rules no code needs (remove them): {unused:?}");
+    assert!(missing.is_empty(), "calls no rule allows (add rules): {missing:?}");
+}
+
+#[test]
+fn the_readers_role_matches_the_readers_calls() {
+    let role = readers_role();
+    let rules = expand(&role.rules.unwrap_or_default());
+    let calls = triples(&[sluice_operator::build::rbac::READER_API_CALLS]);
+    assert_eq!(rules, calls);
+}
+
+#[test]
+fn the_operator_holds_everything_the_readers_role_grants() {
+    let granted = expand(&readers_role().rules.unwrap_or_default());
+    let held = operator_rules();
+    let escalation: Vec<_> = granted.difference(&held).collect();
+    assert!(escalation.is_empty(), "the API server would refuse to create the Role: {escalation:?}");
+}
+
+#[test]
+fn the_operator_never_touches_secrets_or_deletes() {
+    for (group, resource, verb) in operator_rules() {
+        assert!(resource != "secrets", "{group}/{resource} {verb}");
+        assert!(verb != "delete" && verb != "deletecollection", "{group}/{resource} {verb}");
+    }
+}
