@@ -27,21 +27,20 @@ impl Checkpointer {
         Self { pipeline, pending: Vec::new() }
     }
 
-    /// Close an epoch every `interval` until `stop`.
+    /// Close an epoch every `interval` until `stop`. A checkpoint under way when `stop` comes is
+    /// finished (or left pending if the drain drops deliveries), never cut between steps.
     pub async fn run(mut self, interval: Duration, stop: CancellationToken) -> Self {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return self,
                 () = tokio::time::sleep(interval) => {}
             }
-            tokio::select! {
-                () = stop.cancelled() => return self,
-                () = self.checkpoint() => {}
-            }
+            self.checkpoint().await;
         }
     }
 
-    /// Close the open epoch and commit every pending epoch that can be.
+    /// Close the open epoch and commit every pending epoch that can be, oldest first. Returns early
+    /// (epochs left pending) when the drain deadline drops deliveries: their epochs cannot settle.
     pub async fn checkpoint(&mut self) {
         let closing = {
             let mut ledger = self.pipeline.lock_ledger();
@@ -49,10 +48,13 @@ impl Checkpointer {
             ledger.open_epoch();
             closing
         };
-        while !self.pipeline.lock_ledger().epoch_settled(closing) {
-            tokio::time::sleep(SETTLE_POLL).await;
-        }
         self.pending.push(closing);
+        while !self.pipeline.lock_ledger().epoch_settled(closing) {
+            tokio::select! {
+                () = self.pipeline.abort.cancelled() => return,
+                () = tokio::time::sleep(SETTLE_POLL) => {}
+            }
+        }
         while let Some(&epoch) = self.pending.first() {
             if !self.commit(epoch).await {
                 return;

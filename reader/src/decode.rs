@@ -28,18 +28,19 @@ impl Decoded {
     }
 }
 
-pub fn decode(message: &Message, queue_url: &Arc<str>, format: PayloadFormat, epoch: u64) -> Decoded {
+/// Takes the message by value: the body moves into the record without a copy.
+pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epoch: u64) -> Decoded {
     let attributes: BTreeMap<String, String> = message
-        .attributes()
-        .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
+        .attributes
+        .map(|a| a.into_iter().map(|(k, v)| (k.as_str().to_owned(), v)).collect())
         .unwrap_or_default();
     let message_attributes: BTreeMap<String, String> = message
-        .message_attributes()
-        .map(|a| a.iter().map(|(k, v)| (k.clone(), attribute_text(v))).collect())
+        .message_attributes
+        .map(|a| a.into_iter().map(|(k, v)| (k, attribute_text(&v))).collect())
         .unwrap_or_default();
-    let body = Bytes::from(message.body().unwrap_or_default().to_owned());
+    let body = Bytes::from(message.body.unwrap_or_default());
     let mut record = Record {
-        message_id: message.message_id().unwrap_or_default().to_owned(),
+        message_id: message.message_id.unwrap_or_default(),
         queue_url: queue_url.clone(),
         sent_timestamp_ms: attributes.get("SentTimestamp").and_then(|t| t.parse().ok()),
         receive_count: attributes.get("ApproximateReceiveCount").and_then(|c| c.parse().ok()).unwrap_or(1),
@@ -103,7 +104,7 @@ mod tests {
     #[test]
     fn metadata_travels_with_the_record() {
         let queue: Arc<str> = Arc::from("http://q");
-        let Decoded::Ok(r) = decode(&message("hello"), &queue, PayloadFormat::Raw, 7) else {
+        let Decoded::Ok(r) = decode(message("hello"), &queue, PayloadFormat::Raw, 7) else {
             panic!("poison")
         };
         assert_eq!(r.message_id, "m-1");
@@ -122,9 +123,9 @@ mod tests {
     #[test]
     fn json_payloads_are_parsed_and_bad_json_is_poison() {
         let queue: Arc<str> = Arc::from("http://q");
-        let Decoded::Ok(r) = decode(&message(r#"{"a":1}"#), &queue, PayloadFormat::Json, 0) else { panic!() };
+        let Decoded::Ok(r) = decode(message(r#"{"a":1}"#), &queue, PayloadFormat::Json, 0) else { panic!() };
         assert_eq!(r.payload, Payload::Json(serde_json::json!({"a": 1})));
-        match decode(&message("{not json"), &queue, PayloadFormat::Json, 0) {
+        match decode(message("{not json"), &queue, PayloadFormat::Json, 0) {
             Decoded::Poison(r, reason) => {
                 assert_eq!(r.message_id, "m-1");
                 assert!(reason.starts_with("payload is not valid JSON"), "{reason}");

@@ -88,7 +88,7 @@ impl Poller {
             if let Some(spare) = permit.split((max as usize).saturating_sub(messages.len())) {
                 drop(spare);
             }
-            let (tickets, items) = self.take_in(&messages);
+            let (tickets, items) = self.take_in(messages);
             if stopping {
                 self.pipeline.release(&tickets);
                 break;
@@ -149,10 +149,10 @@ impl Poller {
     }
 
     /// Admit the messages to the ledger and decode them.
-    fn take_in(&self, messages: &[Message]) -> (Vec<u64>, Vec<Item>) {
+    fn take_in(&self, messages: Vec<Message>) -> (Vec<u64>, Vec<Item>) {
         let metrics = &self.pipeline.metrics;
-        let usable: Vec<&Message> = messages
-            .iter()
+        let usable: Vec<Message> = messages
+            .into_iter()
             .filter(|m| {
                 let ok = m.receipt_handle().is_some() && m.message_id().is_some();
                 if !ok {

@@ -165,9 +165,10 @@ async fn run_pipeline(
     if let Some(task) = checkpoints
         && let Ok(mut checkpointer) = task.await
         && !stop.has_failed()
+        && !pipeline.abort.is_cancelled()
     {
         // Commit what was delivered rather than hand it back for redelivery.
-        let _ = tokio::time::timeout_at(work_deadline, checkpointer.checkpoint()).await;
+        checkpointer.checkpoint().await;
     }
     let released = pipeline.release_all();
     if tokio::time::timeout_at(deadline, pipeline.acker.close()).await.is_err() {

@@ -153,3 +153,57 @@ async fn fifo_groups_keep_their_order() {
         assert_eq!(seen.len(), 30);
     }
 }
+
+#[tokio::test]
+async fn the_heartbeat_keeps_slow_messages_invisible() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (sink, addr) = SinkServer::start().await;
+    // Visibility 2 s, deliveries take 5 s: without extensions every message would come back.
+    let queue = sqs.queue("c1-heartbeat", false, 2).await;
+    sqs.send(&queue, &bodies("wait-5000", 5)).await;
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), "")
+        .replace("timeoutMs: 2000", "timeoutMs: 10000");
+    let mut reader = Reader::start(&yaml, &[]);
+    let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 5.0, 30 * SECOND).await;
+    assert_eq!(deleted, 5.0, "stderr:\n{}", reader.stderr());
+    assert_eq!(reader.metric("sluice_reader_received_messages_total").await, 5.0, "nothing was redelivered");
+    assert_eq!(reader.metric("sluice_reader_duplicates_total").await, 0.0);
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0);
+    assert_eq!(sink.received().len(), 5);
+}
+
+#[tokio::test]
+async fn exactly_once_standalone_deletes_after_each_epoch_commits() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("c1-epochs", false, 30).await;
+    sqs.send(&queue, &bodies("epoch", 100)).await;
+    let extra = "  delivery: {guarantee: exactlyOnce, checkpointIntervalSeconds: 1}\n";
+    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra), &[]);
+    let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 100.0, 60 * SECOND).await;
+    assert_eq!(deleted, 100.0, "stderr:\n{}", reader.stderr());
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0);
+    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
+    let ids: BTreeSet<String> = sink.received().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 100);
+}
+
+#[tokio::test]
+async fn the_rate_limit_holds_deliveries_back() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("c1-rate", false, 30).await;
+    sqs.send(&queue, &bodies("rate", 150)).await;
+    let extra = "  rateLimit: {messagesPerSecond: 50}\n";
+    let started = std::time::Instant::now();
+    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra), &[]);
+    let delivered = reader.wait_metric("sluice_reader_delivered_messages_total", 150.0, 30 * SECOND).await;
+    let took = started.elapsed();
+    assert_eq!(delivered, 150.0);
+    // 50 from the burst, then 100 at 50/s: at least 2 s; far less than that without the limit.
+    assert!(took >= 2 * SECOND, "150 messages at 50/s took only {took:?}");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0);
+}

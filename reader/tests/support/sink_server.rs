@@ -1,7 +1,8 @@
 //! A CloudEvents receiver on loopback that records what it got, in arrival order.
 //!
 //! Bodies steer it: one containing `poison` is answered 400 (non-transient), `slow...` is held for a minute
-//! (to catch a reader mid-delivery), anything else 200.
+//! (to catch a reader mid-delivery), `wait-<ms>-...` is answered 200 after that many milliseconds,
+//! anything else 200 at once.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,10 @@ async fn receive(State(server): State<SinkServer>, headers: HeaderMap, body: Byt
     }
     if body.starts_with("slow") {
         tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    if let Some(ms) = body.strip_prefix("wait-").and_then(|rest| rest.split('-').next()?.parse::<u64>().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let id = headers.get("ce-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     server.received.lock().unwrap().push(Received { id, body });
