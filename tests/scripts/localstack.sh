@@ -173,7 +173,7 @@ do_stop() {
   local deadline=$((SECONDS + STOP_GRACE_SECONDS))
   while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
   if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid ignored TERM for ${STOP_GRACE_SECONDS}s; sending KILL"
+    log "pid $pid still running ${STOP_GRACE_SECONDS}s after TERM; sending KILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$PID_FILE"

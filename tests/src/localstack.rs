@@ -56,7 +56,9 @@ impl LocalStack {
             return Ok(endpoint);
         }
         let port = loopback_port(&endpoint).with_context(|| {
-            format!("LocalStack at {endpoint} is not healthy, and only a 127.0.0.1 endpoint can be started here")
+            format!(
+                "LocalStack at {endpoint} is not healthy, and only a 127.0.0.1 endpoint can be started here"
+            )
         })?;
         LAUNCHED.get_or_init(|| launch(port)).await.clone().map_err(anyhow::Error::msg)?;
         if !is_healthy(&endpoint).await {

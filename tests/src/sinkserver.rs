@@ -78,13 +78,16 @@ pub struct SinkServer {
 impl SinkServer {
     /// Binds `addr` (`127.0.0.1:0` picks a free port) and starts serving.
     pub async fn start(addr: &str) -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let shutdown = CancellationToken::new();
         let app = Router::new().fallback(accept).with_state(shared.clone());
         let task = tokio::spawn(
-            axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future(),
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+                .into_future(),
         );
         Ok(Self { addr, shared, shutdown, task })
     }
@@ -124,7 +127,10 @@ impl SinkServer {
                 return Ok(stats);
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                bail!("sink saw {} distinct ids within {timeout:?}, expected {distinct}: {stats:?}", stats.distinct);
+                bail!(
+                    "sink saw {} distinct ids within {timeout:?}, expected {distinct}: {stats:?}",
+                    stats.distinct
+                );
             }
         }
     }
@@ -138,11 +144,18 @@ impl SinkServer {
     }
 }
 
-async fn accept(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> (StatusCode, &'static str) {
+async fn accept(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, &'static str) {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (Some(id), Some("1.0")) = (header("ce-id"), header("ce-specversion").as_deref()) else {
         shared.lock().stats.rejected += 1;
-        return (StatusCode::BAD_REQUEST, "expected a CloudEvents 1.0 binary-mode request (ce-id, ce-specversion)\n");
+        return (
+            StatusCode::BAD_REQUEST,
+            "expected a CloudEvents 1.0 binary-mode request (ce-id, ce-specversion)\n",
+        );
     };
     let event = Event { id, source: header("ce-source"), event_type: header("ce-type"), body };
     {

@@ -41,8 +41,13 @@ async fn fifo_groups_keep_order_within_each_group() {
         let queue = TestQueue::create(&client, "smoke", true).await.expect("FIFO queue created");
 
         queue.send_batch_with(30, SendOptions { groups: Some(3) }).await.expect("sent");
-        let seqs: Vec<u64> =
-            queue.drain_bodies().await.expect("drained").iter().map(|b| seq_of(b).expect("numbered")).collect();
+        let seqs: Vec<u64> = queue
+            .drain_bodies()
+            .await
+            .expect("drained")
+            .iter()
+            .map(|b| seq_of(b).expect("numbered"))
+            .collect();
         assert_eq!(seqs.len(), 30);
         for group in 0..3 {
             let in_group: Vec<u64> = seqs.iter().copied().filter(|s| s % 3 == group).collect();

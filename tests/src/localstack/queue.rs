@@ -88,6 +88,8 @@ pub struct TestQueue {
     pub fifo: bool,
     /// Next sequence number [`TestQueue::send_batch`] will use; numbering continues across calls.
     next_seq: AtomicU64,
+    /// Random per handle, so FIFO deduplication ids from two handles on one queue never collide.
+    run: String,
 }
 
 impl TestQueue {
@@ -97,9 +99,20 @@ impl TestQueue {
     }
 
     /// Creates a queue named `PREFIX-RANDOM` with the given attributes.
-    pub async fn create_with(client: &Client, prefix: &str, fifo: bool, options: &QueueOptions) -> Result<Self> {
-        let name = random_name(prefix, fifo);
-        let mut request = client.create_queue().queue_name(&name);
+    pub async fn create_with(
+        client: &Client,
+        prefix: &str,
+        fifo: bool,
+        options: &QueueOptions,
+    ) -> Result<Self> {
+        Self::create_named(client, &random_name(prefix, fifo), options).await
+    }
+
+    /// Creates (or, with identical attributes, reuses) the queue `name`; a name ending in `.fifo` makes a
+    /// FIFO queue.
+    pub async fn create_named(client: &Client, name: &str, options: &QueueOptions) -> Result<Self> {
+        let fifo = name.ends_with(".fifo");
+        let mut request = client.create_queue().queue_name(name);
         if fifo {
             request = request.attributes(QueueAttributeName::FifoQueue, "true");
             if options.content_based_deduplication {
@@ -117,8 +130,16 @@ impl TestQueue {
             request = request.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
         }
         let output = request.send().await.with_context(|| format!("CreateQueue {name}"))?;
-        let url = output.queue_url().context("CreateQueue returned no QueueUrl")?.to_owned();
-        Ok(Self { client: client.clone(), name, url, fifo, next_seq: AtomicU64::new(0) })
+        let url = output.queue_url().context("CreateQueue returned no QueueUrl")?;
+        Ok(Self::open(client, url))
+    }
+
+    /// A handle on an existing queue, by URL (nothing is checked until the first call).
+    pub fn open(client: &Client, url: &str) -> Self {
+        let name = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
+        let fifo = name.ends_with(".fifo");
+        let run = std::iter::repeat_with(fastrand::alphanumeric).take(8).collect();
+        Self { client: client.clone(), name, url: url.to_owned(), fifo, next_seq: AtomicU64::new(0), run }
     }
 
     /// The client this queue was created with.
@@ -129,7 +150,10 @@ impl TestQueue {
     /// The queue's ARN (for a [`Redrive`] pointing at it).
     pub async fn arn(&self) -> Result<String> {
         let attributes = self.attributes(QueueAttributeName::QueueArn).await?;
-        attributes.get(&QueueAttributeName::QueueArn).cloned().context("GetQueueAttributes returned no QueueArn")
+        attributes
+            .get(&QueueAttributeName::QueueArn)
+            .cloned()
+            .context("GetQueueAttributes returned no QueueArn")
     }
 
     /// Sends `n` messages numbered from where the last call stopped; returns their sequence numbers.
@@ -140,7 +164,7 @@ impl TestQueue {
     /// Like [`TestQueue::send_batch`], with FIFO message groups spread as `options` says.
     ///
     /// Each message has body [`body_for`]`(seq)` and a `seq` Number attribute; on a FIFO queue, group
-    /// `g{seq % groups}` and deduplication id `seq`.
+    /// `g{seq % groups}` and a deduplication id unique to this handle and `seq`.
     pub async fn send_batch_with(&self, n: usize, options: SendOptions) -> Result<Vec<u64>> {
         let groups = u64::from(options.groups.unwrap_or(1).max(1));
         let first = self.next_seq.fetch_add(n as u64, Ordering::SeqCst);
@@ -148,15 +172,18 @@ impl TestQueue {
         for chunk in seqs.chunks(BATCH) {
             let mut request = self.client.send_message_batch().queue_url(&self.url);
             for (i, seq) in chunk.iter().enumerate() {
-                let seq_attribute =
-                    MessageAttributeValue::builder().data_type("Number").string_value(seq.to_string()).build()?;
+                let seq_attribute = MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value(seq.to_string())
+                    .build()?;
                 let mut entry = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(body_for(*seq))
                     .message_attributes("seq", seq_attribute);
                 if self.fifo {
-                    entry =
-                        entry.message_group_id(format!("g{}", seq % groups)).message_deduplication_id(seq.to_string());
+                    entry = entry
+                        .message_group_id(format!("g{}", seq % groups))
+                        .message_deduplication_id(format!("{}-{seq}", self.run));
                 }
                 request = request.entries(entry.build()?);
             }
@@ -195,12 +222,21 @@ impl TestQueue {
             let mut request = self.client.delete_message_batch().queue_url(&self.url);
             for (i, message) in chunk.iter().enumerate() {
                 let handle = message.receipt_handle().context("received message has no receipt handle")?;
-                request = request
-                    .entries(DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build()?);
+                request = request.entries(
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(handle)
+                        .build()?,
+                );
             }
-            let output = request.send().await.with_context(|| format!("DeleteMessageBatch on {}", self.url))?;
+            let output =
+                request.send().await.with_context(|| format!("DeleteMessageBatch on {}", self.url))?;
             if let Some(failed) = output.failed().first() {
-                bail!("DeleteMessageBatch: {} entries failed, first: {}", output.failed().len(), failed.code());
+                bail!(
+                    "DeleteMessageBatch: {} entries failed, first: {}",
+                    output.failed().len(),
+                    failed.code()
+                );
             }
         }
         Ok(())
@@ -228,7 +264,8 @@ impl TestQueue {
     pub async fn approximate_counts(&self) -> Result<QueueCounts> {
         let attributes = self.attributes(QueueAttributeName::All).await?;
         let figure = |name: QueueAttributeName| -> Result<u64> {
-            let value = attributes.get(&name).with_context(|| format!("GetQueueAttributes returned no {name}"))?;
+            let value =
+                attributes.get(&name).with_context(|| format!("GetQueueAttributes returned no {name}"))?;
             value.parse().with_context(|| format!("{name} is not a number: {value:?}"))
         };
         Ok(QueueCounts {
@@ -240,7 +277,12 @@ impl TestQueue {
 
     /// Deletes the queue.
     pub async fn delete(self) -> Result<()> {
-        self.client.delete_queue().queue_url(&self.url).send().await.with_context(|| format!("DeleteQueue {}", self.url))?;
+        self.client
+            .delete_queue()
+            .queue_url(&self.url)
+            .send()
+            .await
+            .with_context(|| format!("DeleteQueue {}", self.url))?;
         Ok(())
     }
 
@@ -261,8 +303,10 @@ impl TestQueue {
 fn random_name(prefix: &str, fifo: bool) -> String {
     let suffix = if fifo { ".fifo" } else { "" };
     let random: String = std::iter::repeat_with(fastrand::alphanumeric).take(12).collect();
-    let clean: String =
-        prefix.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).collect();
+    let clean: String = prefix
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .collect();
     let room = MAX_NAME - suffix.len() - random.len() - 1;
     let clean = &clean[..clean.len().min(room)];
     format!("{clean}-{random}{suffix}")
@@ -290,5 +334,15 @@ mod tests {
             assert!(stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{name}");
         }
         assert_ne!(random_name("a", false), random_name("a", false));
+    }
+
+    #[tokio::test]
+    async fn open_reads_name_and_kind_from_the_url() {
+        let client = crate::localstack::sqs_client("http://127.0.0.1:9");
+        let queue =
+            TestQueue::open(&client, "http://127.0.0.1:4566/queue/us-east-1/000000000000/orders.fifo");
+        assert_eq!(queue.name, "orders.fifo");
+        assert!(queue.fifo);
+        assert!(!TestQueue::open(&client, "http://127.0.0.1:4566/000000000000/plain").fifo);
     }
 }
