@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# THE test command: from a fresh clone to a green (or red) suite, with nothing installed beforehand but
+# Rust and a Python 3.13 (LocalStack's host mode needs it; tests/scripts/localstack.sh finds it or says how
+# to get one).
+#
+# Why one script: CI (.ci/run) and people run exactly the same steps, in the same order, with the same
+# LocalStack. It formats-checks, lints, and runs every workspace test (unit, schema/CEL, CRD drift,
+# integration against LocalStack). LocalStack is started here and stopped on exit, but only when this
+# script was the one to start it: a server you already had running is left alone.
+#
+# Environment: SLUICE_LOCALSTACK_PORT (default 4566); SLUICE_TEST_RUNNER=nextest|cargo to force a runner.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+readonly LOCALSTACK=tests/scripts/localstack.sh
+readonly START_LOG=.sluice/localstack/test-start.out
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "test.sh: cargo not found. Install Rust 1.95+ with https://rustup.rs, then run this again." >&2
+  exit 1
+fi
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+      rustup component add "$component"
+    else
+      echo "test.sh: cargo $component is missing; install the Rust component '$component'." >&2
+      exit 1
+    fi
+  fi
+done
+
+# LocalStack installs (first run: about a minute) and starts in the background while cargo lints.
+mkdir -p .sluice/localstack
+started_localstack=no
+localstack_job=""
+if "$LOCALSTACK" status >/dev/null 2>&1; then
+  echo "test.sh: using the LocalStack already running"
+else
+  started_localstack=yes
+  # Its own process group, so an early exit can stop the whole install (pip included) by that one id.
+  setsid "$LOCALSTACK" start >"$START_LOG" 2>&1 &
+  localstack_job=$!
+fi
+cleanup() {
+  if [[ -n "$localstack_job" ]]; then kill -TERM -- "-$localstack_job" 2>/dev/null || true; fi
+  if [[ "$started_localstack" == yes ]]; then "$LOCALSTACK" stop >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "LocalStack"
+if [[ -n "$localstack_job" ]]; then
+  if ! wait "$localstack_job"; then
+    localstack_job=""
+    cat "$START_LOG" >&2
+    echo "test.sh: LocalStack did not start (see above)" >&2
+    exit 1
+  fi
+  localstack_job=""
+  cat "$START_LOG"
+fi
+eval "$("$LOCALSTACK" env)"
+echo "SLUICE_LOCALSTACK_ENDPOINT=$SLUICE_LOCALSTACK_ENDPOINT"
+
+# The CRD drift check and the example validation are tests in the workspace; they run here.
+runner="${SLUICE_TEST_RUNNER:-}"
+if [[ -z "$runner" ]]; then
+  if cargo nextest --version >/dev/null 2>&1; then runner=nextest; else runner=cargo; fi
+fi
+if [[ "$runner" == nextest ]]; then
+  # nextest does not run doctests; run them first so nextest's summary is the last line.
+  step "cargo test --workspace --doc"
+  cargo test --workspace --doc
+  step "cargo nextest run --workspace"
+  cargo nextest run --workspace --no-fail-fast
+else
+  step "cargo test --workspace"
+  cargo test --workspace --no-fail-fast
+fi
