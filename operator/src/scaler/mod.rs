@@ -41,7 +41,26 @@ pub use metrics::Metrics;
 pub use reason::{Basis, Reason};
 use task::{Context, run_source};
 
+use crate::access::ApiCall;
 use crate::names::SCALER_FIELD_MANAGER;
+
+/// Every API call the autoscaler makes (for the operator's ClusterRole; see `access`).
+pub const API_CALLS: &[ApiCall] = &[
+    // The reflector over all SqsSources.
+    ApiCall::new("sluice.dev", "sqssources", "list"),
+    ApiCall::new("sluice.dev", "sqssources", "watch"),
+    // Read the reader Deployment, apply its spec.replicas.
+    ApiCall::new("apps", "deployments", "get"),
+    ApiCall::new("apps", "deployments", "patch"),
+    ApiCall::new("apps", "deployments", "create"),
+    // List the lease ConfigMaps, apply the checkpoint ConfigMap's `replicas` key.
+    ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "patch"),
+    ApiCall::new("", "configmaps", "create"),
+    ApiCall::new("sluice.dev", "sqssources/status", "patch"),
+    ApiCall::new("events.k8s.io", "events", "create"),
+    ApiCall::new("events.k8s.io", "events", "patch"),
+];
 
 /// The autoscaler task: registers its metrics into `registry` now, and returns the future that
 /// watches every SqsSource and runs one scaling loop per source until `shutdown`.
