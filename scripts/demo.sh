@@ -55,7 +55,7 @@ cleanup() {
     wait "$sink_pid" 2>/dev/null || true
   fi
   if [[ "$started_localstack" == yes ]]; then "$LOCALSTACK" stop || true; fi
-  echo "logs: $WORK/reader.log, .sluice/localstack/localstack.log"
+  echo "logs: $WORK/reader.log and .sluice/localstack/"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
