@@ -96,3 +96,68 @@ pub async fn run(
     })
     .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use kube::runtime::events::{Recorder, Reporter};
+
+    use super::*;
+    use crate::backoff::Failures;
+    use crate::queue_check::sqs::SqsInspector;
+
+    fn context() -> Arc<Context> {
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let reporter = Reporter { controller: "test".into(), instance: None };
+        let aws = aws_config::SdkConfig::builder().build();
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            inspector: Arc::new(SqsInspector::new(aws)),
+            reader_image: None,
+            metrics: crate::metrics::Metrics::default(),
+            failures: Failures::default(),
+        })
+    }
+
+    fn object(name: &str) -> Arc<DeserializeGuard<SqsSource>> {
+        let mut source = SqsSource::new(
+            name,
+            serde_json::from_value(serde_json::json!({
+                "queues": [{"url": "https://sqs.us-east-1.amazonaws.com/1/q"}],
+                "sinks": [{"name": "s", "log": {}}],
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        );
+        source.metadata.namespace = Some("ns".into());
+        Arc::new(DeserializeGuard(Ok(source)))
+    }
+
+    fn api_error(code: u16, reason: &str) -> Error {
+        Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(reason, reason).with_code(code))))
+    }
+
+    #[tokio::test]
+    async fn transient_errors_back_off_per_object_and_permanent_ones_wait() {
+        let ctx = context();
+        let conflict = api_error(409, "Conflict");
+        let a = object("a");
+        assert_eq!(error_policy(a.clone(), &conflict, ctx.clone()), Action::requeue(Duration::from_secs(5)));
+        assert_eq!(error_policy(a.clone(), &conflict, ctx.clone()), Action::requeue(Duration::from_secs(10)));
+        assert_eq!(
+            error_policy(object("b"), &conflict, ctx.clone()),
+            Action::requeue(Duration::from_secs(5))
+        );
+        let rejected = api_error(422, "Invalid");
+        assert_eq!(
+            error_policy(a.clone(), &rejected, ctx.clone()),
+            Action::requeue(PERMANENT_FAILURE_REQUEUE)
+        );
+        let forbidden = api_error(403, "Forbidden");
+        assert_eq!(error_policy(a, &forbidden, ctx), Action::requeue(PERMANENT_FAILURE_REQUEUE));
+    }
+}
