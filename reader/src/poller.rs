@@ -6,12 +6,14 @@
 //! lets a receive already on the wire land (briefly) and releases what it brought, so those
 //! messages are visible again at once rather than after their visibility timeout.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use backon::BackoffBuilder;
+use futures::FutureExt;
 
 use crate::aws::{describe, error_type};
 use crate::decode::{Decoded, decode};
@@ -106,12 +108,22 @@ impl Poller {
             let fifo = self.queue.fifo;
             self.pipeline.deliveries.spawn(async move {
                 let _permit = permit;
+                // A panicking sink must not strand its messages in the ledger (the heartbeat would
+                // keep them invisible until the reader exits): they are released instead.
+                let dispatch = AssertUnwindSafe(pipeline.dispatcher.dispatch(&items, fifo)).catch_unwind();
                 tokio::select! {
                     () = pipeline.abort.cancelled() => {}
-                    verdicts = pipeline.dispatcher.dispatch(&items, fifo) => {
-                        let ids: Vec<&str> = items.iter().map(|i| i.record.message_id.as_str()).collect();
-                        pipeline.settle(&tickets, &verdicts, &ids);
-                    }
+                    verdicts = dispatch => match verdicts {
+                        Ok(verdicts) => {
+                            let ids: Vec<&str> = items.iter().map(|i| i.record.message_id.as_str()).collect();
+                            pipeline.settle(&tickets, &verdicts, &ids);
+                        }
+                        Err(_) => {
+                            tracing::error!(messages = tickets.len(), "a sink panicked; releasing its messages");
+                            pipeline.metrics.error("deliver", "panic");
+                            pipeline.release(&tickets);
+                        }
+                    },
                 }
             });
         }
