@@ -14,7 +14,8 @@
 //!
 //! Layout: [`store`] is the pure state machine (objects, resourceVersions, history, apply, GC);
 //! [`http`] maps URLs and verbs onto it and streams watches; [`server`] starts and stops it;
-//! [`kubeconfig`] writes the file `kube::Client::try_default()` and kubectl read.
+//! [`kubeconfig`] writes the file `kube::Client::try_default()` and kubectl read; [`sluice`] wires
+//! the SqsSource validator.
 //!
 //! Behaviours it does NOT reproduce:
 //! - authentication, authorization (RBAC objects are stored but never enforced), admission webhooks,
@@ -24,7 +25,11 @@
 //!   (one stored version per resource; other served versions only relabel `apiVersion`);
 //! - namespaces are not required to exist, and deleting a namespace does not delete its contents;
 //! - list `limit`/`continue` paging (everything comes in one page), `resourceVersion`/
-//!   `resourceVersionMatch` on lists (always the latest state), and `Table` output for kubectl;
+//!   `resourceVersionMatch` on lists (always the latest state), and `Table` output for kubectl
+//!   (`kubectl get` shows NAME and AGE only);
+//! - protobuf and CBOR bodies (415): kubectl's imperative commands that send protobuf for built-in
+//!   types (`kubectl create deployment`, `kubectl scale`) fail; `kubectl apply`, `patch`, `get`, `delete`
+//!   work. No OpenAPI schemas are served, so kubectl needs `--validate=false`;
 //! - watches with a selector do not send a synthetic DELETED when an object stops matching;
 //! - strategic merge patch is approximated (maps merge, name-keyed lists merge, `$patch` directives are
 //!   ignored), and server-side apply tracks ownership per map key with lists atomic; `Update` operations
@@ -44,6 +49,7 @@ pub mod patch;
 pub mod registry;
 pub mod selector;
 pub mod server;
+pub mod sluice;
 pub mod store;
 pub mod validate;
 

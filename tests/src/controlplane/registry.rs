@@ -24,6 +24,8 @@ pub struct ResourceType {
     pub namespaced: bool,
     /// Whether `.status` is a subresource (main endpoint ignores it, `/status` touches only it).
     pub has_status: bool,
+    /// kubectl's abbreviations (`deploy`, `cm`, a CRD's `spec.names.shortNames`).
+    pub short_names: Vec<String>,
 }
 
 impl ResourceType {
@@ -53,7 +55,13 @@ impl ResourceType {
             singular: kind.to_lowercase(),
             namespaced,
             has_status,
+            short_names: Vec::new(),
         }
+    }
+
+    fn short(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|n| (*n).to_owned()).collect();
+        self
     }
 }
 
@@ -74,26 +82,27 @@ impl Registry {
     pub fn with_builtins() -> Self {
         let b = ResourceType::builtin;
         let types = vec![
-            b("", "v1", "namespaces", "Namespace", false, true),
-            b("", "v1", "pods", "Pod", true, true),
-            b("", "v1", "configmaps", "ConfigMap", true, false),
+            b("", "v1", "namespaces", "Namespace", false, true).short(&["ns"]),
+            b("", "v1", "pods", "Pod", true, true).short(&["po"]),
+            b("", "v1", "configmaps", "ConfigMap", true, false).short(&["cm"]),
             b("", "v1", "secrets", "Secret", true, false),
-            b("", "v1", "services", "Service", true, true),
-            b("", "v1", "serviceaccounts", "ServiceAccount", true, false),
-            b("", "v1", "events", "Event", true, false),
-            b("", "v1", "endpoints", "Endpoints", true, false),
-            b("", "v1", "nodes", "Node", false, true),
-            b("apps", "v1", "deployments", "Deployment", true, true),
-            b("apps", "v1", "replicasets", "ReplicaSet", true, true),
-            b("apps", "v1", "statefulsets", "StatefulSet", true, true),
+            b("", "v1", "services", "Service", true, true).short(&["svc"]),
+            b("", "v1", "serviceaccounts", "ServiceAccount", true, false).short(&["sa"]),
+            b("", "v1", "events", "Event", true, false).short(&["ev"]),
+            b("", "v1", "endpoints", "Endpoints", true, false).short(&["ep"]),
+            b("", "v1", "nodes", "Node", false, true).short(&["no"]),
+            b("apps", "v1", "deployments", "Deployment", true, true).short(&["deploy"]),
+            b("apps", "v1", "replicasets", "ReplicaSet", true, true).short(&["rs"]),
+            b("apps", "v1", "statefulsets", "StatefulSet", true, true).short(&["sts"]),
             b("coordination.k8s.io", "v1", "leases", "Lease", true, false),
-            b("events.k8s.io", "v1", "events", "Event", true, false),
+            b("events.k8s.io", "v1", "events", "Event", true, false).short(&["ev"]),
             b("rbac.authorization.k8s.io", "v1", "roles", "Role", true, false),
             b("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, false),
             b("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, false),
             b("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, false),
-            b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, true),
-            b("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, true),
+            b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, true).short(&["pdb"]),
+            b("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, true)
+                .short(&["hpa"]),
             b(
                 "apiextensions.k8s.io",
                 "v1",
@@ -101,7 +110,8 @@ impl Registry {
                 "CustomResourceDefinition",
                 false,
                 true,
-            ),
+            )
+            .short(&["crd", "crds"]),
         ];
         Self { types }
     }
@@ -162,6 +172,13 @@ fn crd_types(crd: &Value) -> Result<Vec<ResourceType>, String> {
     let kind = names.get("kind").and_then(Value::as_str).ok_or("spec.names.kind is required")?;
     let singular =
         names.get("singular").and_then(Value::as_str).map_or_else(|| kind.to_lowercase(), str::to_owned);
+    let short_names: Vec<String> = names
+        .get("shortNames")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
     let namespaced = spec.get("scope").and_then(Value::as_str).unwrap_or("Namespaced") == "Namespaced";
     let versions = spec.get("versions").and_then(Value::as_array).ok_or("spec.versions is required")?;
     let types: Vec<ResourceType> = versions
@@ -178,6 +195,7 @@ fn crd_types(crd: &Value) -> Result<Vec<ResourceType>, String> {
                 singular: singular.clone(),
                 namespaced,
                 has_status,
+                short_names: short_names.clone(),
             })
         })
         .collect();

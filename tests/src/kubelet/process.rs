@@ -55,14 +55,21 @@ impl Process {
         self.pid
     }
 
-    /// The exit status if it has exited (reaping it), without waiting.
+    /// The exit status if it has exited (reaping it), without waiting. Whatever the process left
+    /// behind in its group is killed, as a container's processes die with its PID 1.
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(status),
-            Ok(None) => None,
+        let status = match self.child.try_wait() {
+            Ok(Some(status)) => status,
+            Ok(None) => return None,
             // Cannot query: treat as gone rather than supervising a ghost.
-            Err(_) => Some(ExitStatus::default()),
+            Err(_) => ExitStatus::default(),
+        };
+        // The group id outlives the leader while members remain, and Linux does not hand it out as a
+        // new pid meanwhile, so this reaches only the leftovers.
+        if let Some(pid) = self.raw_pid() {
+            let _ = killpg(pid, Signal::SIGKILL);
         }
+        Some(status)
     }
 
     /// Sends SIGTERM to the process (not its children), as a container runtime does to PID 1.

@@ -48,7 +48,7 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     let mut out = Vec::new();
     for t in registry.all().iter().filter(|t| t.group == group && t.version == version) {
         out.push(json!({"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                        "kind": t.kind, "verbs": verbs}));
+                        "kind": t.kind, "verbs": verbs, "shortNames": t.short_names, "categories": ["all"]}));
         if t.has_status {
             out.push(
                 json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
@@ -61,4 +61,10 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     }
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}))
+}
+
+/// `/openapi/v3`: an index with no schemas. kubectl still falls back to `/openapi/v2` (protobuf, not
+/// served) for client-side validation, so kubectl needs `--validate=false` against this server.
+pub fn openapi_v3_index() -> Value {
+    json!({"paths": {}})
 }

@@ -117,8 +117,14 @@ fn route(
     body: &[u8],
 ) -> Result<Reply, ApiError> {
     let not_found = || ApiError::not_found("path", path);
+    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+        && (ct.contains("protobuf") || ct.contains("cbor"))
+    {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
     match path::parse(path) {
         Route::Version => ok(discovery::version()),
+        Route::OpenApiV3 => ok(discovery::openapi_v3_index()),
         Route::Health => Ok(Reply::Json(StatusCode::OK, json!("ok"))),
         Route::CoreVersions => ok(discovery::core_versions(&shared.address)),
         Route::Groups => ok(discovery::groups(shared.store().registry())),

@@ -26,6 +26,8 @@ pub struct ResourcePath {
 pub enum Route {
     /// `/version`.
     Version,
+    /// `/openapi/v3`.
+    OpenApiV3,
     /// `/healthz`, `/readyz`, `/livez`.
     Health,
     /// `/api`: core API versions.
@@ -52,6 +54,7 @@ pub fn parse(path: &str) -> Route {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segs.as_slice() {
         ["version"] => return Route::Version,
+        ["openapi", "v3"] => return Route::OpenApiV3,
         ["healthz" | "readyz" | "livez", ..] => return Route::Health,
         ["api"] => return Route::CoreVersions,
         ["apis"] => return Route::Groups,
