@@ -1,0 +1,207 @@
+//! The reader binary under load against LocalStack: 10,000 messages, a sink that fails and times
+//! out, a SIGKILL mid-run, and a rate limit measured at the receiver.
+//!
+//! Why these four: they are the claims of issue 3 that only hold (or break) at volume or under
+//! faults. Each is judged where a user would judge it: ids at the HTTP receiver against the ids SQS
+//! assigned on send (none lost), the queue's own counts plus one last receive (all deleted), arrival
+//! times at the receiver (the rate). The tests run one at a time (they would otherwise compete for
+//! the one LocalStack and blur the rate measurement), each bounded by timeouts, each on queues of
+//! its own that are deleted afterwards. LocalStack must be running: they fail, not skip, without it.
+
+#[path = "support/flaky_sink.rs"]
+mod flaky_sink;
+#[path = "support/load_metrics.rs"]
+mod load_metrics;
+#[path = "support/load_sqs.rs"]
+mod load_sqs;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use flaky_sink::{Faults, FlakySink};
+use load_sqs::LoadSqs;
+use support::process::Reader;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// One load test at a time in this binary.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn spec(queue: &str, endpoint: &str, sink_url: &str, timeout_ms: u64, extra: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: load}}\nspec:\n  \
+         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  \
+         receive: {{waitTimeSeconds: 1, pollers: 4}}\n  \
+         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: {timeout_ms}, concurrency: 32}}}}]\n{extra}"
+    )
+}
+
+/// Every sent id reached the sink, and SQS holds nothing any more.
+async fn assert_none_lost_and_all_deleted(
+    sqs: &LoadSqs,
+    queue: &str,
+    sink: &FlakySink,
+    sent: &std::collections::BTreeSet<String>,
+    reader: &Reader,
+) {
+    let counts = sqs.wait_empty(queue, 30 * SECOND).await;
+    assert_eq!(counts, (0, 0), "(visible, in flight) left in the queue; stderr:\n{}", reader.stderr());
+    assert_eq!(sqs.final_receive(queue).await, 0, "a last receive still found messages");
+    let seen = sink.ids();
+    let lost: Vec<&String> = sent.difference(&seen).take(5).collect();
+    assert!(lost.is_empty(), "{} sent ids never reached the sink, e.g. {lost:?}", sent.len() - seen.len());
+    assert_eq!(seen.len(), sent.len(), "the sink saw ids that were never sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_messages_all_delivered_all_deleted() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let sqs = LoadSqs::connect().await;
+    let (sink, url) = FlakySink::start(Faults::default()).await;
+    let queue = sqs.queue("c3-10k", 30).await;
+    let sent = sqs.fill(&queue.url, "load", 10_000).await;
+
+    let started = Instant::now();
+    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 5000, ""), &[]);
+    let figures = sink.wait_distinct(10_000, 180 * SECOND).await;
+    assert_eq!(figures.distinct, 10_000, "{figures:?}; stderr:\n{}", reader.stderr());
+    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &reader).await;
+    let took = started.elapsed();
+    let deleted = reader.metric("sluice_reader_deleted_messages_total").await;
+    println!(
+        "10k: {} distinct, {} duplicates at the sink, {deleted} deleted, {took:.1?} ({:.0} msgs/s)",
+        figures.distinct,
+        figures.duplicates,
+        10_000.0 / took.as_secs_f64()
+    );
+    assert!(deleted >= 10_000.0, "the reader counted {deleted} deletes");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_slow_sink_loses_nothing_and_duplicates_are_counted() {
+    let _one_at_a_time = HEAVY.lock().await;
+    const N: usize = 2_000;
+    let sqs = LoadSqs::connect().await;
+    // 30% answered 503; 3% recorded but answered after 1.5 s, past the reader's 500 ms timeout.
+    let faults = Faults { fail_ratio: 0.30, slow_ratio: 0.03, slow_ms: 1500, delay_ms: 0 };
+    let (sink, url) = FlakySink::start(faults).await;
+    let queue = sqs.queue("c3-flaky", 30).await;
+    let sent = sqs.fill(&queue.url, "flaky", N).await;
+
+    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 500, ""), &[]);
+    let figures = sink.wait_distinct(N as u64, 150 * SECOND).await;
+    assert_eq!(figures.distinct, N as u64, "{figures:?}; stderr:\n{}", reader.stderr());
+    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &reader).await;
+
+    let admin = reader.admin().await;
+    let figures = sink.figures();
+    let retries = reader.metric("sluice_reader_retries_total").await;
+    let gave_up = load_metrics::labelled(
+        admin,
+        "sluice_reader_errors_total",
+        &["stage=\"deliver\"", "error_type=\"failed\""],
+    )
+    .await;
+    let redelivered = reader.metric("sluice_reader_duplicates_total").await;
+    println!(
+        "flaky sink: {} requests, {} refused (503), {} answered late; {} accepted, {} distinct, \
+         {} duplicates at the sink; reader: retries_total {retries}, gave up (released) {gave_up}, \
+         redelivered ids {redelivered}",
+        figures.requests,
+        figures.refused_503,
+        figures.answered_late,
+        figures.accepted,
+        figures.distinct,
+        figures.duplicates
+    );
+    let share = figures.refused_503 as f64 / figures.requests as f64;
+    assert!((0.2..0.4).contains(&share), "the sink refused {share:.2} of requests, meant 0.30");
+    assert!(figures.answered_late > 0, "no request was answered late: the timeout path went untested");
+    // Every attempt the sink failed was either retried or ended a delivery that went back to the
+    // queue; load can add timeouts of its own, never remove failures.
+    let failed_at_sink = (figures.refused_503 + figures.answered_late) as f64;
+    assert!(retries + gave_up >= failed_at_sink, "{retries} + {gave_up} < {failed_at_sink}");
+    // A late answer was recorded, then retried until accepted: each one is a duplicate.
+    assert!(figures.duplicates >= figures.answered_late, "{figures:?}");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_run_loses_nothing_after_a_restart() {
+    let _one_at_a_time = HEAVY.lock().await;
+    const N: usize = 3_000;
+    let sqs = LoadSqs::connect().await;
+    // Every delivery takes 20 ms, so plenty is in flight when the kill lands.
+    let (sink, url) = FlakySink::start(Faults { delay_ms: 20, ..Faults::default() }).await;
+    // Short visibility: what the killed reader held comes back within seconds.
+    let queue = sqs.queue("c3-sigkill", 5).await;
+    let sent = sqs.fill(&queue.url, "kill", N).await;
+    let yaml = spec(&queue.url, &sqs.endpoint, &url, 5000, "");
+
+    let mut first = Reader::start(&yaml, &[]);
+    let deleted =
+        first.wait_metric("sluice_reader_deleted_messages_total", (N / 3) as f64, 120 * SECOND).await;
+    assert!(deleted >= (N / 3) as f64, "only {deleted} deleted; stderr:\n{}", first.stderr());
+    let in_flight = first.metric("sluice_reader_in_flight_messages").await;
+    // Dropping the handle sends SIGKILL to this reader's PID (std's Child::kill) and reaps it.
+    drop(first);
+    let at_kill = sink.figures();
+    let (visible, hidden) = sqs.counts(&queue.url).await;
+    println!(
+        "sigkill: killed with {in_flight} in flight after {deleted} deletes; sink had {} distinct; \
+         queue then {visible} visible, {hidden} in flight",
+        at_kill.distinct
+    );
+    assert!(in_flight > 0.0, "nothing was in flight at the kill: the test proved nothing");
+    assert!(at_kill.distinct < N as u64, "the run was over before the kill");
+
+    let mut second = Reader::start(&yaml, &[]);
+    let figures = sink.wait_distinct(N as u64, 150 * SECOND).await;
+    assert_eq!(figures.distinct, N as u64, "{figures:?}; stderr:\n{}", second.stderr());
+    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &second).await;
+    println!(
+        "sigkill: after the restart {} distinct, {} duplicates at the sink (delivered, not yet deleted \
+         when killed)",
+        figures.distinct, figures.duplicates
+    );
+    second.sigterm();
+    assert_eq!(second.exit_code(30 * SECOND).await, 0, "stderr:\n{}", second.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds() {
+    let _one_at_a_time = HEAVY.lock().await;
+    const RATE: usize = 100;
+    const WARM_UP: Duration = Duration::from_secs(3);
+    const WINDOW: Duration = Duration::from_secs(10);
+    let sqs = LoadSqs::connect().await;
+    let (sink, url) = FlakySink::start(Faults::default()).await;
+    let queue = sqs.queue("c3-rate", 30).await;
+    // Enough that the queue never runs dry: the 1 s burst, warm-up, window, and a margin.
+    sqs.fill(&queue.url, "rate", RATE * 18).await;
+    let extra = format!("  rateLimit: {{messagesPerSecond: {RATE}, burstSeconds: 1}}\n");
+    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 5000, &extra), &[]);
+
+    let started = Instant::now();
+    let first = loop {
+        if let Some(first) = sink.first_arrival() {
+            break first;
+        }
+        assert!(started.elapsed() < 30 * SECOND, "nothing arrived; stderr:\n{}", reader.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let from = first + WARM_UP;
+    tokio::time::sleep_until((from + WINDOW + Duration::from_millis(200)).into()).await;
+    let counted = sink.arrivals_between(from, WINDOW);
+    let observed = counted as f64 / WINDOW.as_secs_f64();
+    println!(
+        "rate limit {RATE}/s: {counted} deliveries in {WINDOW:?} after {WARM_UP:?} warm-up = {observed:.1}/s"
+    );
+    let error = (observed - RATE as f64).abs() / RATE as f64;
+    assert!(error <= 0.10, "observed {observed:.1} msgs/s against a limit of {RATE}/s");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+}
