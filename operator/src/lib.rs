@@ -27,6 +27,7 @@ pub mod status;
 pub mod telemetry;
 pub mod validate;
 
+pub mod checkpoint;
 pub mod scaler;
 
 #[cfg(test)]
