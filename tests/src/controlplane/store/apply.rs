@@ -7,6 +7,7 @@
 //! a field a manager applied before and leaves out now is removed unless another manager owns it.
 //! Differences from the real thing: ownership is per map key with lists atomic (no merge keys), `Update`
 //! operations (PUT, merge patches) record no ownership and never conflict, and no defaulting happens.
+//! A `metadata.resourceVersion` in the configuration must match, as on any update.
 
 use std::collections::BTreeSet;
 
@@ -71,6 +72,13 @@ impl Store {
             // Like the main endpoint, an apply that creates drops .status of status-subresource types.
             return self.create(rt, ns, obj);
         };
+        // A resourceVersion in the configuration is a precondition, as for any update.
+        if let Some(rv) = config.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+            && !rv.is_empty()
+            && old.pointer("/metadata/resourceVersion").and_then(Value::as_str) != Some(rv)
+        {
+            return Err(ApiError::conflict(&rt.qualified_name(), name));
+        }
         let mut managed = decode_managed(&old);
         let conflicts = find_conflicts(&old, &scoped, &paths, &managed, manager, subresource);
         if !conflicts.is_empty() && !force {

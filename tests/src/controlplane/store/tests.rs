@@ -267,6 +267,8 @@ fn apply_conflicts_unless_forced_and_drops_unapplied_fields() {
             .unwrap();
     assert_eq!(forced["spec"]["replicas"], 3);
     // "op" stops applying label b and replicas: b is removed, replicas (now the scaler's) stays.
+    let stale = json!({"metadata": {"name": "d", "resourceVersion": "1"}, "spec": {"replicas": 3}});
+    assert_eq!(apply(&mut s, &t, "scaler", false, stale).unwrap_err().reason, "Conflict");
     let o = apply(&mut s, &t, "op", false, json!({"metadata": {"name": "d", "labels": {"a": "1"}}})).unwrap();
     assert_eq!(o["metadata"]["labels"], json!({"a": "1"}));
     assert_eq!(o["spec"]["replicas"], 3);
