@@ -1,5 +1,5 @@
 //! The operator process: logs, clients, admin server, leader election, and the tasks that run
-//! while this replica leads (the controller and the autoscaler).
+//! while this replica leads: the controller, the autoscaler and the checkpoint coordinator.
 //!
 //! Why one shutdown token: SIGTERM, Ctrl-C and lost leadership must stop every task together and
 //! let each finish what it is doing; a lost Lease ends the process with an error, so Kubernetes
@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, AdminState};
 use crate::backoff::Failures;
+use crate::checkpoint;
 use crate::cli::{Cli, Switch};
 use crate::controller::{self, Scope};
 use crate::leader::{Elector, LeaseTimings};
@@ -79,6 +80,8 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         shutdown.child_token(),
     );
 
+    let checkpoint = checkpoint::run(client.clone(), shutdown.child_token());
+
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
     admin_state.ready.store(true, Ordering::Relaxed);
@@ -101,11 +104,11 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         failures: Failures::default(),
     });
     let scope = cli.namespace.clone().map_or(Scope::All, Scope::Namespace);
-    tracing::info!(?scope, "leading: reconciling and scaling");
+    tracing::info!(?scope, "leading: reconciling, scaling and coordinating checkpoints");
     let stop = shutdown.clone();
     let controller = controller::run(ctx, scope, async move { stop.cancelled().await });
     let work = async {
-        tokio::join!(controller, scaler);
+        tokio::join!(controller, scaler, checkpoint);
     };
     let lost = async {
         match &elector {

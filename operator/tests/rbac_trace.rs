@@ -1,8 +1,7 @@
 //! Every RBAC rule is traced to a call the code makes, and every call to a rule.
 //!
 //! The operator's calls are the `API_CALLS` consts kept next to the code that makes them; the
-//! autoscaler's (helper F's `operator/src/scaler`) are listed below until that module exports its
-//! own. Creating the readers' Role also requires holding what it grants (Kubernetes' escalation
+//! checkpoint coordinator's are listed below until that module exports its own. Creating the readers' Role also requires holding what it grants (Kubernetes' escalation
 //! check), so the readers' calls count as operator permissions too. The test fails on a rule
 //! without a call, a call without a rule, or a wildcard.
 
@@ -12,20 +11,16 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use serde::Deserialize;
 use sluice_operator::access::ApiCall;
 
-/// What `operator/src/scaler` calls: a watch of sources, get + apply (replicas) of the reader
-/// Deployment, a label-selected list of lease ConfigMaps, an apply of the checkpoint ConfigMap,
-/// its status fields, and scale Events.
-const SCALER_API_CALLS: &[ApiCall] = &[
+/// What `operator/src/checkpoint` (helper G) calls, until that module exports its own list: a
+/// list of the sources, the lease ConfigMaps by label, get + apply of the checkpoint ConfigMap,
+/// and its status fields.
+const CHECKPOINT_API_CALLS: &[ApiCall] = &[
     ApiCall::new("sluice.dev", "sqssources", "list"),
-    ApiCall::new("sluice.dev", "sqssources", "watch"),
-    ApiCall::new("apps", "deployments", "get"),
-    ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "get"),
     ApiCall::new("", "configmaps", "patch"),
     ApiCall::new("", "configmaps", "create"),
     ApiCall::new("sluice.dev", "sqssources/status", "patch"),
-    ApiCall::new("events.k8s.io", "events", "create"),
-    ApiCall::new("events.k8s.io", "events", "patch"),
 ];
 
 type Triple = (String, String, String);
@@ -97,7 +92,8 @@ fn operator_calls() -> BTreeSet<Triple> {
         sluice_operator::status::API_CALLS,
         sluice_operator::events::API_CALLS,
         sluice_operator::leader::elector::API_CALLS,
-        SCALER_API_CALLS,
+        sluice_operator::scaler::API_CALLS,
+        CHECKPOINT_API_CALLS,
         // Escalation check: the operator must hold what the readers' Role grants.
         sluice_operator::build::rbac::READER_API_CALLS,
     ])
