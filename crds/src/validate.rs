@@ -97,8 +97,10 @@ fn check_envelope(value: &Value) -> Vec<Violation> {
         out.push(Violation::new("kind", format!("must be {kind} (got {})", shown(obj.get("kind")))));
     }
     match obj.get("metadata") {
+        // A create may carry generateName instead; the server fills the name in.
+        Some(Value::Object(meta)) if non_empty(meta.get("generateName")) => {}
         Some(Value::Object(meta)) => match meta.get("name") {
-            Some(Value::String(name)) if !name.is_empty() => {}
+            name if non_empty(name) => {}
             other => out.push(Violation::new(
                 "metadata.name",
                 format!("must be a non-empty string naming the source (got {})", shown(other)),
@@ -110,6 +112,10 @@ fn check_envelope(value: &Value) -> Vec<Violation> {
         )),
     }
     out
+}
+
+fn non_empty(value: Option<&Value>) -> bool {
+    value.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
 }
 
 fn shown(value: Option<&Value>) -> String {

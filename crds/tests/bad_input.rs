@@ -170,6 +170,8 @@ fn broken_yaml_and_a_wrong_envelope_are_explained() {
 
     let text = MINIMAL.replace("  name: demo\n", "  namespace: x\n");
     assert!(yaml_error(&text).starts_with("metadata.name: must be a non-empty string"));
+    let text = MINIMAL.replace("  name: demo\n", "  generateName: demo-\n");
+    assert!(parse_source_yaml(&text).is_ok(), "a create with generateName has no name yet");
 
     assert!(validate_source_value(&json!(["not", "a", "mapping"])).is_err());
 }
