@@ -1,0 +1,294 @@
+//! Benchmark: the release-built `sluice-reader` against a hand-written aws-sdk loop (receive, POST,
+//! DeleteMessageBatch) with the same number of pollers, on the same LocalStack, to the same HTTP
+//! sink, side by side. Not a test; run it with
+//!
+//! ```sh
+//! cargo build --release -p sluice-reader --bin sluice-reader --example bench_vs_loop
+//! target/release/examples/bench_vs_loop compare --runs 5
+//! ```
+//!
+//! Why this shape: these machines are shared and noisy, so single figures mean little. Each round
+//! runs both consumers back to back on fresh queues of the same size (alternating which goes first)
+//! and the report gives medians and the ratios reader/baseline, per round and overall. Both are
+//! separate processes, and their CPU is read the same way, from /proc/<pid>/stat while they run,
+//! over the timed window: from the first event at the sink to the moment SQS reports the queue
+//! empty. Filling the queue and starting the process are outside the window.
+
+#![forbid(unsafe_code)]
+
+mod baseline;
+mod proc_stat;
+mod queue;
+mod report;
+mod sink;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+
+use report::{Consumer, Sample};
+use sink::CountingSink;
+
+#[derive(Parser)]
+#[command(about = "sluice-reader vs a plain aws-sdk receive/POST/delete loop, on LocalStack")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run both consumers, alternating, and print throughput, CPU and ratios.
+    Compare(CompareArgs),
+    /// The baseline loop itself (started by `compare` as a process of its own).
+    Baseline(BaselineArgs),
+}
+
+#[derive(Args, Clone)]
+struct CompareArgs {
+    /// Messages per run.
+    #[arg(long, default_value_t = 10_000)]
+    messages: usize,
+    /// Rounds; each round runs the reader once and the baseline once.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// ReceiveMessage loops per consumer.
+    #[arg(long, default_value_t = 4)]
+    pollers: usize,
+    /// Long-poll wait per receive, for both.
+    #[arg(long, default_value_t = 2)]
+    wait_seconds: i32,
+    /// LocalStack endpoint.
+    #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
+    endpoint: String,
+    /// The reader binary; default: `sluice-reader` next to this example's directory.
+    #[arg(long)]
+    reader: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct BaselineArgs {
+    #[arg(long)]
+    queue: String,
+    #[arg(long)]
+    endpoint: String,
+    #[arg(long)]
+    sink: String,
+    #[arg(long)]
+    pollers: usize,
+    #[arg(long)]
+    wait_seconds: i32,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), String> {
+    match Cli::parse().command {
+        Cmd::Baseline(a) => {
+            let consumer = baseline::Loop {
+                queue: a.queue,
+                endpoint: a.endpoint,
+                sink: a.sink,
+                pollers: a.pollers,
+                wait_seconds: a.wait_seconds,
+            };
+            consumer.run().await
+        }
+        Cmd::Compare(args) => compare(args).await,
+    }
+}
+
+async fn compare(args: CompareArgs) -> Result<(), String> {
+    let reader = match &args.reader {
+        Some(path) => path.clone(),
+        None => default_reader()?,
+    };
+    if !reader.exists() {
+        return Err(format!(
+            "{} does not exist: cargo build --release -p sluice-reader --bin sluice-reader",
+            reader.display()
+        ));
+    }
+    let client = queue::client(&args.endpoint);
+    client.list_queues().send().await.map_err(|e| {
+        format!(
+            "LocalStack not reachable at {} ({e:?}): bash tests/scripts/localstack.sh start",
+            args.endpoint
+        )
+    })?;
+    let sink = CountingSink::default();
+    let sink_url = sink.start().await.map_err(|e| format!("sink: {e}"))?;
+    let ticks = proc_stat::ticks_per_second();
+    report::header(&args.endpoint, &reader, args.messages, args.runs, args.pollers, args.wait_seconds);
+
+    let mut samples = Vec::new();
+    for round in 0..args.runs {
+        let order = if round % 2 == 0 {
+            [Consumer::Reader, Consumer::Baseline]
+        } else {
+            [Consumer::Baseline, Consumer::Reader]
+        };
+        for consumer in order {
+            let run = Run {
+                args: &args,
+                reader: &reader,
+                sink: &sink,
+                sink_url: &sink_url,
+                client: &client,
+                ticks,
+            };
+            let sample = run.once(consumer, round).await?;
+            report::line(&sample);
+            samples.push(sample);
+        }
+    }
+    report::summary(&samples);
+    Ok(())
+}
+
+/// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/bench_vs_loop`.
+fn default_reader() -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = me.parent().and_then(|examples| examples.parent()).ok_or("no target directory")?;
+    Ok(profile_dir.join("sluice-reader"))
+}
+
+struct Run<'a> {
+    args: &'a CompareArgs,
+    reader: &'a PathBuf,
+    sink: &'a CountingSink,
+    sink_url: &'a str,
+    client: &'a aws_sdk_sqs::Client,
+    ticks: u64,
+}
+
+impl Run<'_> {
+    async fn once(&self, consumer: Consumer, round: usize) -> Result<Sample, String> {
+        let name = format!("bench-{}-{round}-{}", consumer.label(), fastrand::u32(..));
+        let url = queue::create(self.client, &name).await?;
+        let result = self.measure(consumer, round, &url).await;
+        queue::delete(self.client, &url).await;
+        result
+    }
+
+    async fn measure(&self, consumer: Consumer, round: usize, url: &str) -> Result<Sample, String> {
+        let n = self.args.messages;
+        queue::fill(self.client, url, n).await?;
+        self.sink.reset();
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut child = self.spawn(consumer, url, &dir)?;
+        let pid = child.id();
+        let outcome = async {
+            let (first, cpu_first) = self.first_event(&mut child, &dir).await?;
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while self.sink.figures().0 < n {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{} delivered only {:?} in 300 s",
+                        consumer.label(),
+                        self.sink.figures()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            queue::wait_empty(self.client, url, Duration::from_secs(60)).await?;
+            let end = Instant::now();
+            let cpu_end = proc_stat::cpu_time(pid, self.ticks).map_err(|e| e.to_string())?;
+            let (_, accepted, _) = self.sink.figures();
+            Ok::<Sample, String>(Sample {
+                consumer,
+                round,
+                seconds: (end - first).as_secs_f64(),
+                cpu_window: (cpu_end - cpu_first).as_secs_f64(),
+                cpu_total: cpu_end.as_secs_f64(),
+                accepted,
+                messages: n,
+            })
+        }
+        .await;
+        stop(&mut child);
+        outcome
+    }
+
+    /// Wait (bounded) for the first delivery; the time it landed and the consumer's CPU then.
+    async fn first_event(
+        &self,
+        child: &mut Child,
+        dir: &tempfile::TempDir,
+    ) -> Result<(Instant, Duration), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let (_, _, Some(first)) = self.sink.figures() {
+                let cpu = proc_stat::cpu_time(child.id(), self.ticks).map_err(|e| e.to_string())?;
+                return Ok((first, cpu));
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+                return Err(format!("the consumer exited early ({status}):\n{log}"));
+            }
+            if Instant::now() > deadline {
+                return Err("no delivery within 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn spawn(&self, consumer: Consumer, url: &str, dir: &tempfile::TempDir) -> Result<Child, String> {
+        let a = self.args;
+        let mut command = match consumer {
+            Consumer::Reader => {
+                let source = dir.path().join("source.yaml");
+                let yaml = format!(
+                    "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bench}}\nspec:\n  \
+                     queues: [{{url: '{url}', endpoint: '{}'}}]\n  \
+                     receive: {{maxMessages: 10, waitTimeSeconds: {}, pollers: {}}}\n  \
+                     sinks: [{{name: web, http: {{url: '{}', timeoutMs: 5000, concurrency: {}}}}}]\n",
+                    a.endpoint,
+                    a.wait_seconds,
+                    a.pollers,
+                    self.sink_url,
+                    a.pollers * 10
+                );
+                std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
+                let mut c = Command::new(self.reader);
+                c.arg("--source")
+                    .arg(&source)
+                    .arg("--admin-addr=127.0.0.1:0")
+                    .arg("--shutdown-deadline-seconds=5");
+                c
+            }
+            Consumer::Baseline => {
+                let mut c = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+                c.arg("baseline")
+                    .args(["--queue", url, "--endpoint", &a.endpoint, "--sink", self.sink_url])
+                    .arg(format!("--pollers={}", a.pollers))
+                    .arg(format!("--wait-seconds={}", a.wait_seconds));
+                c
+            }
+        };
+        let stderr = std::fs::File::create(dir.path().join("stderr")).map_err(|e| e.to_string())?;
+        command
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("starting the {}: {e}", consumer.label()))
+    }
+}
+
+/// SIGTERM to the consumer's PID, a bounded wait, then SIGKILL; always reaped.
+fn stop(child: &mut Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    for _ in 0..200 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

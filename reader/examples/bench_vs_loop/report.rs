@@ -1,0 +1,132 @@
+//! What the bench prints: one line per run, then medians and the ratios reader/baseline.
+//!
+//! Why per-round ratios as well as the ratio of medians: neighbouring runs share the machine's
+//! mood (other jobs on the 2 shared cores), so a ratio within a round cancels more noise than one
+//! between medians taken minutes apart. Both are printed; neither is hidden when it is bad.
+
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    Reader,
+    Baseline,
+}
+
+impl Consumer {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Reader => "reader",
+            Self::Baseline => "baseline",
+        }
+    }
+}
+
+pub struct Sample {
+    pub consumer: Consumer,
+    pub round: usize,
+    /// First event at the sink to the queue reported empty.
+    pub seconds: f64,
+    /// Consumer CPU (user + system) over that window.
+    pub cpu_window: f64,
+    /// Consumer CPU since it started (start-up included).
+    pub cpu_total: f64,
+    /// Requests the sink accepted (duplicates included).
+    pub accepted: u64,
+    /// Messages in the queue at the start (all delivered and deleted at the end).
+    pub messages: usize,
+}
+
+pub fn header(endpoint: &str, reader: &Path, messages: usize, runs: usize, pollers: usize, wait: i32) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "bench_vs_loop: {messages} messages per run, {runs} rounds, {pollers} pollers each, wait {wait} s"
+    );
+    println!("  LocalStack {endpoint}; reader {}", reader.display());
+    println!(
+        "  {cores} cores; load average at start {}",
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "{:<9} {:>5} {:>9} {:>10} {:>13} {:>11} {:>9}",
+        "consumer", "round", "seconds", "msgs/s", "cpu-s/window", "cpu-s/total", "accepted"
+    );
+}
+
+pub fn line(s: &Sample) {
+    println!(
+        "{:<9} {:>5} {:>9.2} {:>10.0} {:>13.2} {:>11.2} {:>9}",
+        s.consumer.label(),
+        s.round,
+        s.seconds,
+        s.rate(),
+        s.cpu_window,
+        s.cpu_total,
+        s.accepted
+    );
+}
+
+impl Sample {
+    /// Messages cleared per second over the window.
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.seconds
+    }
+
+    /// Consumer CPU-seconds per 10,000 messages.
+    fn cpu_per_10k(&self) -> f64 {
+        self.cpu_window * 10_000.0 / self.messages as f64
+    }
+}
+
+pub fn summary(samples: &[Sample]) {
+    let pick = |c: Consumer, f: &dyn Fn(&Sample) -> f64| -> Vec<f64> {
+        samples.iter().filter(|s| s.consumer == c).map(f).collect()
+    };
+    let rate = Sample::rate;
+    let cpu = Sample::cpu_per_10k;
+    let (r_rate, b_rate) = (median(pick(Consumer::Reader, &rate)), median(pick(Consumer::Baseline, &rate)));
+    let (r_cpu, b_cpu) = (median(pick(Consumer::Reader, &cpu)), median(pick(Consumer::Baseline, &cpu)));
+    let rounds = samples.iter().map(|s| s.round).max().map_or(0, |r| r + 1);
+    let mut round_rate = Vec::new();
+    let mut round_cpu = Vec::new();
+    for round in 0..rounds {
+        let find = |c| samples.iter().find(|s| s.round == round && s.consumer == c);
+        if let (Some(r), Some(b)) = (find(Consumer::Reader), find(Consumer::Baseline)) {
+            round_rate.push(rate(r) / rate(b));
+            round_cpu.push(cpu(r) / cpu(b));
+        }
+    }
+    println!();
+    println!("median throughput  reader {r_rate:.0} msgs/s, baseline {b_rate:.0} msgs/s");
+    println!("median CPU-s/10k   reader {r_cpu:.2}, baseline {b_cpu:.2}");
+    println!(
+        "ratio of medians   throughput reader/baseline {:.3}, CPU reader/baseline {:.3}",
+        r_rate / b_rate,
+        r_cpu / b_cpu
+    );
+    println!(
+        "per-round ratios   throughput {:?} (median {:.3}), CPU {:?} (median {:.3})",
+        rounded(&round_rate),
+        median(round_rate.clone()),
+        rounded(&round_cpu),
+        median(round_cpu.clone())
+    );
+    let target = r_rate / b_rate >= 0.95 && r_cpu < b_cpu;
+    println!(
+        "target (>= 0.95 of the loop's throughput at less CPU): {}",
+        if target { "met" } else { "NOT met" }
+    );
+}
+
+fn rounded(values: &[f64]) -> Vec<f64> {
+    values.iter().map(|v| (v * 1000.0).round() / 1000.0).collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+}

@@ -1,0 +1,66 @@
+//! The HTTP sink both consumers post to: one server in the driver process, so neither consumer
+//! pays for it in the CPU figures and both see the same receiver.
+//!
+//! It answers 200 to every CloudEvents request and counts distinct `ce-id`s (a run is done when all
+//! of them arrived) and notes when the first one came (the start of the timed window).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+
+#[derive(Default)]
+struct Tally {
+    ids: HashSet<String>,
+    accepted: u64,
+    first: Option<Instant>,
+}
+
+#[derive(Clone, Default)]
+pub struct CountingSink {
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl CountingSink {
+    /// Serve on 127.0.0.1 (a free port); returns the URL.
+    pub async fn start(&self) -> std::io::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let app = Router::new().fallback(receive).with_state(self.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(format!("http://{addr}/"))
+    }
+
+    fn tally(&self) -> MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forget the previous run.
+    pub fn reset(&self) {
+        *self.tally() = Tally::default();
+    }
+
+    /// (distinct ids, accepted requests, first arrival).
+    pub fn figures(&self) -> (usize, u64, Option<Instant>) {
+        let t = self.tally();
+        (t.ids.len(), t.accepted, t.first)
+    }
+}
+
+/// Takes the body too, so every connection stays reusable (keep-alive) for both consumers.
+async fn receive(State(sink): State<CountingSink>, headers: HeaderMap, _body: Bytes) -> StatusCode {
+    let Some(id) = headers.get("ce-id").and_then(|v| v.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let mut tally = sink.tally();
+    tally.first.get_or_insert_with(Instant::now);
+    tally.accepted += 1;
+    if !tally.ids.contains(id) {
+        tally.ids.insert(id.to_owned());
+    }
+    StatusCode::OK
+}
