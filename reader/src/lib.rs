@@ -8,6 +8,7 @@ pub mod acker;
 pub mod admin;
 pub mod aws;
 pub mod checkpointer;
+pub mod coordination;
 pub mod cli;
 pub mod decode;
 pub mod dispatch;

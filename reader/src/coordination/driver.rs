@@ -1,0 +1,224 @@
+//! Runs a reader's `ReaderEpochs` against a [`Backend`]: feeds it checkpoint versions and lease
+//! loss, carries out the lease writes and rejoins itself, and hands the rest to the pipeline as
+//! [`Work`].
+//!
+//! Why the lease writes are done here and not by the pipeline: their results decide fencing
+//! (a failed compare-and-swap means the lease is lost), which is this layer's business; the
+//! pipeline only ever sees sink and SQS work.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sluice_crds::checkpoint::reader_epoch::{Command, ReaderEpochs, Standing};
+use sluice_crds::checkpoint::{Epoch, EpochKey, IdSet, Incarnation, Redelivery};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Backend, Result, Work};
+
+const REJOIN_RETRY: Duration = Duration::from_secs(1);
+
+/// The pipeline's handle on the protocol. Cheap to share (`Arc`).
+pub struct Driver {
+    backend: Arc<dyn Backend>,
+    machine: Mutex<ReaderEpochs>,
+    work: mpsc::UnboundedSender<Work>,
+    stop: CancellationToken,
+}
+
+impl Driver {
+    /// Starts following `backend` until `stop`. `inherited`: committed entries of an earlier
+    /// incarnation that the backend carried over when it took the lease (their output is made
+    /// visible again, idempotently). The receiver yields the pipeline's work.
+    pub fn start(
+        backend: Arc<dyn Backend>,
+        inherited: &BTreeMap<(Incarnation, Epoch), IdSet>,
+        stop: CancellationToken,
+    ) -> (Arc<Driver>, mpsc::UnboundedReceiver<Work>) {
+        let (machine, commands) = ReaderEpochs::rejoined(backend.pod(), backend.incarnation(), inherited);
+        let (work, rx) = mpsc::unbounded_channel();
+        let driver = Arc::new(Driver { backend, machine: Mutex::new(machine), work, stop });
+        driver.run(commands);
+        tokio::spawn(driver.clone().follow());
+        (driver, rx)
+    }
+
+    /// The epoch to tag a fresh message with; `None`: do not receive now (joining, fenced, lease
+    /// lost, draining).
+    pub fn tag(&self) -> Option<Epoch> {
+        self.lock().tag()
+    }
+
+    /// Whether receiving makes sense at all right now (the same conditions as [`Driver::tag`]).
+    pub fn can_receive(&self) -> bool {
+        self.lock().can_receive()
+    }
+
+    /// A tagged message is settled: delivered (or dead-lettered), or released to the queue.
+    pub fn settled(self: &Arc<Self>, epoch: Epoch, id: &str, delivered: bool) {
+        self.apply(|m| m.settled(epoch, id, delivered));
+    }
+
+    /// Answer to [`Work::PreCommit`].
+    pub fn pre_committed(self: &Arc<Self>, epoch: Epoch) {
+        self.apply(|m| m.pre_committed(epoch));
+    }
+
+    /// Answer to [`Work::Commit`] for an own epoch.
+    pub fn sink_committed(self: &Arc<Self>, epoch: Epoch) {
+        self.apply(|m| m.sink_committed(epoch));
+    }
+
+    /// Answer to [`Work::Delete`]: the ids whose delete is confirmed.
+    pub fn deleted(self: &Arc<Self>, epoch: Epoch, confirmed: &IdSet) {
+        self.apply(|m| m.deleted(epoch, confirmed));
+    }
+
+    /// A redelivered message classified `Committed(key)` was deleted without delivery.
+    pub fn redelivered_deleted(self: &Arc<Self>, key: &EpochKey, id: &str) {
+        self.apply(|m| m.redelivered_deleted(key, id));
+    }
+
+    /// What to do with a received message: deliver (`Fresh`, then [`Driver::tag`]), finalize and
+    /// delete (`Committed`), or release (`Undecided`).
+    pub async fn classify(&self, id: &str, receive_count: u32) -> Result<Redelivery> {
+        self.backend.classify(id, receive_count).await
+    }
+
+    /// Stop receiving; tagged epochs still finish. See [`Driver::drained`].
+    pub fn drain(&self) {
+        self.lock().drain();
+    }
+
+    /// Draining and nothing of this incarnation left to do.
+    pub fn drained(&self) -> bool {
+        self.lock().drained()
+    }
+
+    pub fn standing(&self) -> Standing {
+        self.lock().standing()
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        self.lock().incarnation()
+    }
+
+    /// Ids recorded or about to be; stop receiving at `LEASE_ID_BUDGET`.
+    pub fn pending_ids(&self) -> usize {
+        self.lock().pending_ids()
+    }
+
+    /// The backend, for `visibility_covered_until` and `report`.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ReaderEpochs> {
+        self.machine.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn apply(self: &Arc<Self>, f: impl FnOnce(&mut ReaderEpochs) -> Vec<Command>) {
+        let commands = f(&mut self.lock());
+        self.run(commands);
+    }
+
+    fn run(self: &Arc<Self>, commands: Vec<Command>) {
+        for command in commands {
+            let work = match command {
+                Command::PreCommit(epoch) => Work::PreCommit(epoch),
+                Command::Commit(key) => Work::Commit(key),
+                Command::Delete { epoch, ids } => Work::Delete { epoch, ids },
+                Command::Abort(epoch) => Work::Abort(epoch),
+                Command::WriteAck { through, entries } => {
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        match me.backend.write_ack(through, entries).await {
+                            Ok(()) => me.apply(|m| m.ack_written(through)),
+                            Err(error) => {
+                                tracing::warn!(through, %error, "ack write failed; the lease counts as lost");
+                                me.apply(ReaderEpochs::lease_lost);
+                            }
+                        }
+                    });
+                    continue;
+                }
+                Command::Forget { incarnation, epoch } => {
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        match me.backend.forget(incarnation, epoch).await {
+                            Ok(()) => me.apply(|m| m.forgotten(incarnation, epoch)),
+                            Err(error) => {
+                                tracing::warn!(epoch, %error, "forget write failed; the lease counts as lost");
+                                me.apply(ReaderEpochs::lease_lost);
+                            }
+                        }
+                    });
+                    continue;
+                }
+                Command::Rejoin => {
+                    tokio::spawn(self.clone().rejoin());
+                    continue;
+                }
+            };
+            if self.work.send(work).is_err() {
+                tracing::debug!("pipeline gone; protocol work dropped");
+            }
+        }
+    }
+
+    async fn rejoin(self: Arc<Self>) {
+        loop {
+            match self.backend.rejoin().await {
+                Ok((incarnation, inherited)) => {
+                    tracing::info!(%incarnation, carried = inherited.len(), "rejoined with a new incarnation");
+                    let (machine, commands) =
+                        ReaderEpochs::rejoined(self.backend.pod(), incarnation, &inherited);
+                    *self.lock() = machine;
+                    self.run(commands);
+                    let current = self.backend.checkpoints().borrow().clone();
+                    if let Some(cp) = current {
+                        self.apply(|m| m.observe(&cp));
+                    }
+                    return;
+                }
+                Err(error) => tracing::warn!(%error, "cannot rejoin yet"),
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep(REJOIN_RETRY) => {}
+            }
+        }
+    }
+
+    async fn follow(self: Arc<Self>) {
+        let mut checkpoints = self.backend.checkpoints();
+        let mut lost = self.backend.lease_lost();
+        let current = checkpoints.borrow_and_update().clone();
+        if let Some(cp) = current {
+            self.apply(|m| m.observe(&cp));
+        }
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                changed = checkpoints.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let current = checkpoints.borrow_and_update().clone();
+                    if let Some(cp) = current {
+                        self.apply(|m| m.observe(&cp));
+                    }
+                }
+                changed = lost.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if *lost.borrow_and_update() {
+                        self.apply(ReaderEpochs::lease_lost);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The reader's side of the checkpoint protocol's I/O (DESIGN.md section 3;
+//! `crds/src/checkpoint/PROTOCOL.md`): where the checkpoint and the own lease live, and the
+//! driver that runs the pure `ReaderEpochs` state machine against them.
+//!
+//! Why a layer of its own: the pipeline (ledger, sinks, acker) must not know whether epochs are
+//! coordinated by an operator through ConfigMaps or in-process, and only this layer may import
+//! kube. The pipeline talks to a [`Driver`]: it asks it for the epoch of each fresh message,
+//! reports settlements and finished work, and carries out the [`Work`] it receives. Lease writes,
+//! fencing and rejoining happen here.
+//!
+//! Backends: [`standalone::Standalone`] runs the operator's coordinator step in-process (one
+//! reader is the whole barrier); [`cluster::Cluster`] renews a lease ConfigMap and follows the
+//! operator's checkpoint ConfigMap.
+
+pub mod cluster;
+mod driver;
+pub mod standalone;
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use sluice_crds::checkpoint::{Checkpoint, DataError, Epoch, EpochKey, IdSet, Incarnation, Redelivery};
+use tokio::sync::watch;
+
+pub use driver::Driver;
+
+/// What the pipeline must do for the protocol. Each has an answer on the [`Driver`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Every message of the epoch is settled: pre-commit every sink for it (durable, not
+    /// visible), then [`Driver::pre_committed`].
+    PreCommit(Epoch),
+    /// Make the output of `key` visible in every sink (idempotent). For an own epoch then
+    /// [`Driver::sink_committed`]; a key of an earlier incarnation (inherited) needs no answer.
+    Commit(EpochKey),
+    /// Delete the receipts of the epoch's ids (DeleteMessageBatch), then [`Driver::deleted`] with
+    /// the ids whose delete was sent while the lease was valid and succeeded.
+    Delete { epoch: Epoch, ids: IdSet },
+    /// The epoch never commits here: abort it in every sink and release its receipts
+    /// (ChangeMessageVisibility 0). No answer.
+    Abort(Epoch),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinationError {
+    #[error("the lease was written by someone else (compare-and-swap conflict)")]
+    Conflict,
+    #[error("kubernetes api: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("lease or checkpoint data: {0}")]
+    Data(#[from] DataError),
+    #[error("coordination stopped")]
+    Closed,
+}
+
+pub type Result<T, E = CoordinationError> = std::result::Result<T, E>;
+
+/// Where the checkpoint and the own lease live.
+pub trait Backend: Send + Sync + 'static {
+    /// The pod name (member name).
+    fn pod(&self) -> &str;
+    /// The incarnation whose lease is current.
+    fn incarnation(&self) -> Incarnation;
+    /// Checkpoint versions as they are observed, oldest first (`None` until the first).
+    fn checkpoints(&self) -> watch::Receiver<Option<Checkpoint>>;
+    /// Becomes `true` when the own lease is lost: a renewal conflict, or it ran out on our clock.
+    fn lease_lost(&self) -> watch::Receiver<bool>;
+    /// One compare-and-swap: `ackedEpoch = through` and an id entry per listed epoch.
+    fn write_ack(&self, through: Epoch, entries: Vec<(Epoch, IdSet)>) -> BoxFuture<'_, Result<()>>;
+    /// Remove the id entry `(incarnation, epoch)`.
+    fn forget(&self, incarnation: Incarnation, epoch: Epoch) -> BoxFuture<'_, Result<()>>;
+    /// Take the lease over with a new incarnation once the old one is fenced; answers the new
+    /// incarnation and the committed entries carried over.
+    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, BTreeMap<(Incarnation, Epoch), IdSet>)>>;
+    /// What to do with a received message (see `sluice_crds::checkpoint::classify`).
+    fn classify(&self, id: &str, receive_count: u32) -> BoxFuture<'_, Result<Redelivery>>;
+    /// Every held receipt is invisible to others until at least this time (ms since the Unix
+    /// epoch); a renewal never makes the lease outlast it.
+    fn visibility_covered_until(&self, until_ms: i64);
+    /// Figures published in the lease for the autoscaler.
+    fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool);
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
