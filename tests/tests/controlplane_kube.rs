@@ -203,7 +203,7 @@ async fn kube_runtime_watcher_lists_then_follows() {
 }
 
 #[tokio::test]
-async fn kube_runtime_watcher_relists_after_expiry_with_streaming_lists() {
+async fn kube_runtime_watcher_with_streaming_lists() {
     let cp = start(3).await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), "default");
     let cfg = watcher::Config::default().streaming_lists();
