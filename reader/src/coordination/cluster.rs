@@ -27,7 +27,7 @@ use sluice_crds::checkpoint::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, CoordinationError, Result, now_ms};
+use super::{Backend, CoordinationError, Entries, Result, now_ms};
 
 /// How often the checkpoint ConfigMap is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(250);
@@ -311,7 +311,7 @@ impl Backend for Cluster {
         async move { self.write(|lease| drop(lease.ids.remove(&(incarnation, epoch)))).await }.boxed()
     }
 
-    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, BTreeMap<(Incarnation, Epoch), IdSet>)>> {
+    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, Entries)>> {
         async move {
             let mut held = self.held.lock().await;
             let stop = CancellationToken::new();

@@ -55,6 +55,9 @@ pub enum CoordinationError {
 
 pub type Result<T, E = CoordinationError> = std::result::Result<T, E>;
 
+/// Id entries of a lease by (incarnation, epoch): what a rejoin carries over.
+pub type Entries = BTreeMap<(Incarnation, Epoch), IdSet>;
+
 /// Where the checkpoint and the own lease live.
 pub trait Backend: Send + Sync + 'static {
     /// The pod name (member name).
@@ -71,7 +74,7 @@ pub trait Backend: Send + Sync + 'static {
     fn forget(&self, incarnation: Incarnation, epoch: Epoch) -> BoxFuture<'_, Result<()>>;
     /// Take the lease over with a new incarnation once the old one is fenced; answers the new
     /// incarnation and the committed entries carried over.
-    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, BTreeMap<(Incarnation, Epoch), IdSet>)>>;
+    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, Entries)>>;
     /// What to do with a received message (see `sluice_crds::checkpoint::classify`).
     fn classify(&self, id: &str, receive_count: u32) -> BoxFuture<'_, Result<Redelivery>>;
     /// Every held receipt is invisible to others until at least this time (ms since the Unix

@@ -5,7 +5,6 @@
 //! cluster makes (admission, open, commit on ack), so what passes standalone passes for the same
 //! reasons under an operator. The lease cannot be lost in-process, so fencing never happens here.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use sluice_crds::checkpoint::{Checkpoint, Epoch, IdSet, Incarnation, Lease, Rede
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Result, now_ms};
+use super::{Backend, Entries, Result, now_ms};
 
 /// How often the in-process coordinator looks at the clock, at most.
 const MAX_TICK: Duration = Duration::from_millis(100);
@@ -132,7 +131,7 @@ impl Backend for Standalone {
         async { Ok(()) }.boxed()
     }
 
-    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, BTreeMap<(Incarnation, Epoch), IdSet>)>> {
+    fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, Entries)>> {
         let mut books = self.lock();
         let incarnation = Incarnation::generate();
         let (lease, _) = rejoin(&books.checkpoint, &books.lease, incarnation, now_ms());
@@ -174,7 +173,7 @@ mod tests {
     async fn an_epoch_goes_from_tag_to_delete_in_process() {
         let stop = CancellationToken::new();
         let backend = Standalone::start("solo", Duration::from_millis(50), stop.clone());
-        let (driver, mut work) = Driver::start(backend.clone(), &BTreeMap::new(), stop.clone());
+        let (driver, mut work) = Driver::start(backend.clone(), &Entries::new(), stop.clone());
 
         // Admission happens on the first steps; then messages are tagged with the open epoch.
         let epoch = tokio::time::timeout(Duration::from_secs(5), async {
