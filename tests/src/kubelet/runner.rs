@@ -22,7 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::plan::{PodView, counts, decide};
 use super::process::Process;
-use super::template::{PodIdentity, PodPlan, plan, resolve_env, resolve_program, rewrite_mounts};
+use super::template::{
+    PodIdentity, PodPlan, plan, resolve_env, resolve_program, rewrite_listen_addr, rewrite_mounts,
+};
 use super::{Config, PodInfo, podobject, volumes};
 use crate::controlplane::clock::random_suffix;
 
@@ -255,7 +257,8 @@ impl Runner {
         let identity =
             PodIdentity { name: p.name.clone(), namespace: p.namespace.clone(), uid: p.uid.clone() };
         let env = resolve_env(&p.plan, &identity, &mounts);
-        let args: Vec<String> = p.plan.args.iter().map(|a| rewrite_mounts(a, &mounts)).collect();
+        let args: Vec<String> =
+            p.plan.args.iter().map(|a| rewrite_listen_addr(&rewrite_mounts(a, &mounts))).collect();
         let program = resolve_program(&p.plan.program, bin_dir.as_deref());
         if let Err(e) = std::fs::create_dir_all(&p.dir) {
             tracing::warn!(pod = %p.name, error = %e, "cannot create the pod directory");

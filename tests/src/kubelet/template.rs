@@ -5,7 +5,7 @@
 //! `target/debug/sluice-reader`), env entries are resolved the way the downward API would resolve them,
 //! and each configMap volume is materialized into a local directory: since a process cannot see
 //! `/etc/sluice`, every occurrence of a volume's `mountPath` in the args and env values is rewritten to
-//! that directory. The template hash names the pods (`<deploy>-<hash>-<rand5>`) and drives rollouts.
+//! that directory; a pod-network listen address (`0.0.0.0:PORT`) becomes `127.0.0.1:0`. The template hash names the pods (`<deploy>-<hash>-<rand5>`) and drives rollouts.
 
 use std::path::{Path, PathBuf};
 
@@ -160,6 +160,21 @@ pub fn field_value(path: &str, pod: &PodIdentity) -> Option<String> {
     }
 }
 
+/// Rewrites a listen address of the pod network to loopback with a free port: in a cluster each pod has
+/// its own network namespace, so every replica may listen on `0.0.0.0:9090`; local processes share one,
+/// and the tests must stay on 127.0.0.1. Only whole `0.0.0.0:PORT` values (or `--flag=0.0.0.0:PORT`)
+/// change.
+pub fn rewrite_listen_addr(s: &str) -> String {
+    let (prefix, value) = match s.rsplit_once('=') {
+        Some((flag, value)) if flag.starts_with("--") => (format!("{flag}="), value),
+        _ => (String::new(), s),
+    };
+    match value.strip_prefix("0.0.0.0:") {
+        Some(port) if port.parse::<u16>().is_ok() => format!("{prefix}127.0.0.1:0"),
+        _ => s.to_owned(),
+    }
+}
+
 /// Rewrites every mount path occurring in `s` to its local directory (longest mount path first).
 pub fn rewrite_mounts(s: &str, mounts: &[(String, PathBuf)]) -> String {
     let mut sorted: Vec<&(String, PathBuf)> = mounts.iter().collect();
@@ -247,6 +262,15 @@ mod tests {
             ]
         );
         assert_eq!(rewrite_mounts(&p.args[1], &mounts), "/tmp/run/pod/cfg/source.yaml");
+    }
+
+    #[test]
+    fn pod_network_listen_addresses_become_loopback_with_a_free_port() {
+        assert_eq!(rewrite_listen_addr("0.0.0.0:9090"), "127.0.0.1:0");
+        assert_eq!(rewrite_listen_addr("--admin-addr=0.0.0.0:9090"), "--admin-addr=127.0.0.1:0");
+        assert_eq!(rewrite_listen_addr("10.0.0.1:9090"), "10.0.0.1:9090");
+        assert_eq!(rewrite_listen_addr("0.0.0.0:http"), "0.0.0.0:http");
+        assert_eq!(rewrite_listen_addr("--source"), "--source");
     }
 
     #[test]
