@@ -4,3 +4,4 @@ pub mod controlplane;
 pub mod kubelet;
 pub mod localstack;
 pub mod sinkserver;
+pub mod system;
