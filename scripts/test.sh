@@ -72,6 +72,22 @@ fi
 eval "$("$LOCALSTACK" env)"
 echo "SLUICE_LOCALSTACK_ENDPOINT=$SLUICE_LOCALSTACK_ENDPOINT"
 
+# The end-to-end suites run the binaries as processes (local control plane, operator, readers): build
+# them all once, into the same target dir the tests use.
+step "cargo build --workspace --bins"
+cargo build --workspace --bins
+
+# The protocol's model check prints how many states it explored; run it visibly, once, here, and keep it
+# out of the main run below.
+step "model check of the checkpoint protocol"
+mkdir -p .sluice
+if ! cargo test -p sluice-crds --test model_check -- --nocapture --test-threads 1 >.sluice/model-check.log 2>&1; then
+  cat .sluice/model-check.log >&2
+  echo "test.sh: the model check failed (log above)" >&2
+  exit 1
+fi
+grep -E "model check|test result" .sluice/model-check.log
+
 # The CRD drift check and the example validation are tests in the workspace; they run here.
 runner="${SLUICE_TEST_RUNNER:-}"
 if [[ -z "$runner" ]]; then
@@ -82,8 +98,10 @@ if [[ "$runner" == nextest ]]; then
   step "cargo test --workspace --doc"
   cargo test --workspace --doc
   step "cargo nextest run --workspace"
-  cargo nextest run --workspace --no-fail-fast
+  cargo nextest run --workspace --no-fail-fast -E "not binary(model_check)"
 else
   step "cargo test --workspace"
-  cargo test --workspace --no-fail-fast
+  cargo test --workspace --no-fail-fast --exclude sluice-crds
+  cargo test -p sluice-crds --no-fail-fast --lib --bins --test schema --test bounds --test cel_rules \
+    --test bad_input --test examples
 fi
