@@ -20,7 +20,9 @@ pub struct Sqs {
 }
 
 impl Sqs {
-    /// `None` (and a printed reason) when LocalStack does not answer: the test is skipped.
+    /// `None` (and a printed reason) when LocalStack does not answer: the test is skipped, except under
+    /// CI (`CI` set) or the test command (`SLUICE_LOCALSTACK_ENDPOINT` set), where a missing LocalStack
+    /// is a failure, never a silent pass.
     pub async fn connect() -> Option<Self> {
         let endpoint = endpoint();
         let config = aws_sdk_sqs::Config::builder()
@@ -33,6 +35,13 @@ impl Sqs {
         match tokio::time::timeout(Duration::from_secs(5), client.list_queues().send()).await {
             Ok(Ok(_)) => Some(Self { client, endpoint }),
             other => {
+                if std::env::var_os("CI").is_some()
+                    || std::env::var_os("SLUICE_LOCALSTACK_ENDPOINT").is_some()
+                {
+                    panic!(
+                        "LocalStack is not reachable at {endpoint} ({other:?}); start it with tests/scripts/localstack.sh start"
+                    );
+                }
                 println!(
                     "SKIPPED: LocalStack is not reachable at {endpoint} ({other:?}); start it with tests/scripts/localstack.sh start"
                 );
