@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
-# The demo: messages go from an SQS queue (LocalStack) through a Sluice reader to an HTTP sink, on this
-# machine, with no cluster and no Docker.
+# The demo: the whole product on this machine, with no cluster and no Docker. An SqsSource applied to a
+# local Kubernetes control plane; the operator turns it into a reader Deployment; a process runner starts
+# one `sluice-reader` process per replica; messages go from an SQS queue (LocalStack) to an HTTP sink, and
+# the operator scales the readers with the backlog.
 #
-# Why standalone for now: the reader can run from an SqsSource YAML without Kubernetes, which shows the
-# data path (receive, CloudEvents delivery, delete after acknowledgement). When the local control plane
-# lands, this script will run the operator flow instead (kubectl apply an SqsSource, watch it scale).
+#   scripts/demo.sh [--seconds N] [--count N] [--rate R] [--replicas MIN:MAX] [--example FILE] [--standalone]
 #
-#   scripts/demo.sh [--seconds N] [--count N] [--rate R] [--example FILE]
-#
-# It starts LocalStack (unless one is running), a CloudEvents sink (`sluice-dev sink-server`) and
-# `sluice-reader --source <the example, pointed at a fresh queue and the sink>`, sends numbered messages,
-# prints what the sink receives, and after N seconds or Ctrl-C stops everything it started, by PID.
+# It builds the binaries (cargo build --workspace --bins), starts LocalStack (unless one is running),
+# creates a fresh queue, starts a CloudEvents sink (`sluice-dev sink-server`), the local control plane
+# with its process runner (`sluice-localcp --kubelet`), installs the CRD, applies the example SqsSource
+# pointed at the queue and the sink (`sluice-dev apply`, server-side apply; no kubectl needed), starts
+# `sluice-operator`, sends numbered messages, and prints one line a second: messages delivered at the sink,
+# queue depth, reader processes running, the SqsSource's Ready condition and replicas. After N seconds or
+# Ctrl-C it stops everything it started, by PID. --standalone runs one `sluice-reader --source` instead
+# (no control plane, no operator). Logs: .sluice/demo/.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly LOCALSTACK=tests/scripts/localstack.sh
 readonly WORK=.sluice/demo
+readonly BIN=target/debug
 
-seconds=30 count=200 rate=50 example=deploy/examples/minimal-http.yaml
+seconds=60 count=2000 rate=100 replicas=1:3 example=deploy/examples/minimal-http.yaml standalone=no
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --count) count="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
+    --replicas) replicas="$2"; shift 2 ;;
     --example) example="$2"; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    --standalone) standalone=yes; shift ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -32,30 +38,40 @@ done
 
 say() { printf '\n==> %s\n' "$*"; }
 
-say "building sluice-reader and sluice-dev"
-cargo build --quiet -p sluice-reader --bin sluice-reader -p sluice-tests --bin sluice-dev
-readonly BIN=target/debug
+say "building the binaries (cargo build --workspace --bins)"
+cargo build --quiet --workspace --bins
 mkdir -p "$WORK"
 
-started_localstack=no reader_pid="" sink_pid="" sender_pid=""
+started_localstack=no reader_pid="" sink_pid="" sender_pid="" localcp_pid="" operator_pid=""
+# Stops a process we started (SIGTERM), waiting up to $2 seconds before SIGKILL.
+stop_pid() {
+  local pid="$1" grace="$2"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq $((grace * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  wait "$pid" 2>/dev/null || true
+}
 cleanup() {
   trap - EXIT
   trap '' INT TERM # a second Ctrl-C must not leave children behind
-  if [[ -n "$sender_pid" ]]; then kill "$sender_pid" 2>/dev/null || true; fi
-  if [[ -n "$reader_pid" ]] && kill -0 "$reader_pid" 2>/dev/null; then
-    say "stopping the reader (pid $reader_pid; it drains in-flight work)"
-    kill -TERM "$reader_pid" 2>/dev/null || true
-    wait "$reader_pid" 2>/dev/null || true
+  say "stopping what the demo started"
+  if [[ -n "$sender_pid" ]]; then kill "$sender_pid" 2>/dev/null || true; wait "$sender_pid" 2>/dev/null || true; fi
+  if [[ -n "$operator_pid" ]]; then echo "operator (pid $operator_pid)"; stop_pid "$operator_pid" 15; fi
+  if [[ -n "$localcp_pid" ]]; then
+    echo "control plane and process runner (pid $localcp_pid; it stops the readers, which drain)"
+    stop_pid "$localcp_pid" 45
   fi
+  if [[ -n "$reader_pid" ]]; then echo "reader (pid $reader_pid; it drains)"; stop_pid "$reader_pid" 35; fi
   if [[ -n "${queue_url:-}" && -n "${SLUICE_LOCALSTACK_ENDPOINT:-}" ]]; then
     echo "queue after the run: $("$BIN/sluice-dev" counts "$queue_url" 2>/dev/null || echo unknown)"
   fi
   if [[ -n "$sink_pid" ]]; then
-    kill -TERM "$sink_pid" 2>/dev/null || true
-    wait "$sink_pid" 2>/dev/null || true
+    stop_pid "$sink_pid" 5
+    if [[ "$standalone" == no ]]; then grep 'sink total' "$WORK/sink.log" || true; fi
   fi
   if [[ "$started_localstack" == yes ]]; then "$LOCALSTACK" stop || true; fi
-  echo "logs: $WORK/reader.log and .sluice/localstack/"
+  echo "logs: $WORK/ (sink.log, localcp.log, operator.log, localcp/logs/<pod>.log, reader.log) and .sluice/localstack/"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -69,42 +85,106 @@ else
   "$LOCALSTACK" start
 fi
 eval "$("$LOCALSTACK" env)"
+# The AWS SDK in the readers (started by the process runner, which passes its environment on) and in the
+# operator (queue figures for scaling) needs credentials and a region; LocalStack takes any.
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 
 queue_url="$("$BIN/sluice-dev" create-queue "demo-$RANDOM$RANDOM" --visibility 30)"
 echo "queue: $queue_url"
 
-say "sink: sluice-dev sink-server (prints the first events, then one line per second)"
-# setsid: Ctrl-C reaches only this script, which then stops the children in order (reader first).
+# setsid everywhere: Ctrl-C reaches only this script, which then stops the children in order.
 rm -f "$WORK/sink.url"
-setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 5 --url-file "$WORK/sink.url" &
+if [[ "$standalone" == yes ]]; then
+  say "sink: sluice-dev sink-server (prints the first events, then one line per second)"
+  setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 5 --url-file "$WORK/sink.url" &
+else
+  say "sink: sluice-dev sink-server (log: $WORK/sink.log)"
+  setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 3 --url-file "$WORK/sink.url" \
+    >"$WORK/sink.log" 2>&1 &
+fi
 sink_pid=$!
 for _ in $(seq 50); do [[ -s "$WORK/sink.url" ]] && break; sleep 0.1; done
 sink_url="$(cat "$WORK/sink.url" 2>/dev/null || true)"
 [[ -n "$sink_url" ]] || { echo "demo.sh: the sink server did not start" >&2; exit 1; }
+echo "sink: $sink_url"
 
-say "reader: sluice-reader --source $WORK/source.yaml (from $example)"
-"$BIN/sluice-dev" render-source "$example" --queue-url "$queue_url" --sink-url "$sink_url" --out "$WORK/source.yaml"
-rm -f "$WORK/admin.addr"
-setsid "$BIN/sluice-reader" --source "$WORK/source.yaml" --admin-addr 127.0.0.1:0 \
-  --admin-addr-file "$WORK/admin.addr" >"$WORK/reader.log" 2>&1 &
-reader_pid=$!
-for _ in $(seq 100); do [[ -s "$WORK/admin.addr" ]] && break; sleep 0.1; done
-if ! kill -0 "$reader_pid" 2>/dev/null; then
-  echo "demo.sh: sluice-reader exited; its log:" >&2
-  tail -n 30 "$WORK/reader.log" >&2
-  exit 1
-fi
-echo "reader admin: http://$(cat "$WORK/admin.addr" 2>/dev/null || echo '?')/metrics"
-
-say "sending $count messages at $rate/s; running for ${seconds}s (Ctrl-C stops earlier)"
-"$BIN/sluice-dev" send "$queue_url" --count "$count" --rate "$rate" &
-sender_pid=$!
-end=$((SECONDS + seconds))
-while ((SECONDS < end)); do
+if [[ "$standalone" == yes ]]; then
+  say "reader: sluice-reader --source $WORK/source.yaml (from $example)"
+  "$BIN/sluice-dev" render-source "$example" --queue-url "$queue_url" --sink-url "$sink_url" --out "$WORK/source.yaml"
+  rm -f "$WORK/admin.addr"
+  setsid "$BIN/sluice-reader" --source "$WORK/source.yaml" --admin-addr 127.0.0.1:0 \
+    --admin-addr-file "$WORK/admin.addr" >"$WORK/reader.log" 2>&1 &
+  reader_pid=$!
+  for _ in $(seq 100); do [[ -s "$WORK/admin.addr" ]] && break; sleep 0.1; done
   if ! kill -0 "$reader_pid" 2>/dev/null; then
-    echo "demo.sh: sluice-reader exited early; its log:" >&2
+    echo "demo.sh: sluice-reader exited; its log:" >&2
     tail -n 30 "$WORK/reader.log" >&2
     exit 1
   fi
-  sleep 1
+  echo "reader admin: http://$(cat "$WORK/admin.addr" 2>/dev/null || echo '?')/metrics"
+
+  say "sending $count messages at $rate/s; running for ${seconds}s (Ctrl-C stops earlier)"
+  "$BIN/sluice-dev" send "$queue_url" --count "$count" --rate "$rate" &
+  sender_pid=$!
+  end=$((SECONDS + seconds))
+  while ((SECONDS < end)); do
+    if ! kill -0 "$reader_pid" 2>/dev/null; then
+      echo "demo.sh: sluice-reader exited early; its log:" >&2
+      tail -n 30 "$WORK/reader.log" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  exit 0
+fi
+
+say "local control plane + process runner: sluice-localcp --kubelet (log: $WORK/localcp.log)"
+export KUBECONFIG="$PWD/$WORK/kubeconfig"
+rm -rf "$KUBECONFIG" "$WORK/localcp"
+setsid "$BIN/sluice-localcp" --port 0 --kubelet --bin-dir "$PWD/$BIN" --state-dir "$PWD/$WORK/localcp" \
+  --kubeconfig "$KUBECONFIG" >"$WORK/localcp.log" 2>&1 &
+localcp_pid=$!
+for _ in $(seq 100); do [[ -s "$KUBECONFIG" ]] && break; sleep 0.1; done
+if ! [[ -s "$KUBECONFIG" ]] || ! kill -0 "$localcp_pid" 2>/dev/null; then
+  echo "demo.sh: sluice-localcp did not start; its log:" >&2
+  tail -n 30 "$WORK/localcp.log" >&2
+  exit 1
+fi
+echo "KUBECONFIG=$KUBECONFIG ($(grep -m1 'server:' "$KUBECONFIG" | tr -s ' '))"
+
+say "install the CRD and apply the SqsSource ($example, replicas $replicas)"
+"$BIN/sluice-dev" apply deploy/crds/sqssource.yaml
+"$BIN/sluice-dev" render-source "$example" --queue-url "$queue_url" --sink-url "$sink_url" \
+  --replicas "$replicas" --out "$WORK/source.yaml"
+applied="$("$BIN/sluice-dev" apply "$WORK/source.yaml")"
+echo "$applied ($WORK/source.yaml)"
+source_name="${applied#sqssource/}"
+source_name="${source_name%% *}"
+
+say "operator: sluice-operator --leader-election off (log: $WORK/operator.log)"
+setsid env RUST_LOG=info "$BIN/sluice-operator" --leader-election off --admin-addr 127.0.0.1:0 \
+  --reader-image sluice:local >"$WORK/operator.log" 2>&1 &
+operator_pid=$!
+
+say "sending $count messages at $rate/s; running for ${seconds}s (Ctrl-C stops earlier)"
+"$BIN/sluice-dev" send "$queue_url" --count "$count" --rate "$rate" >"$WORK/send.log" 2>&1 &
+sender_pid=$!
+start=$SECONDS end=$((SECONDS + seconds))
+while ((SECONDS < end)); do
+  sleep 0.4 # the three look-ups below take about half a second
+  for pid in "$localcp_pid" "$operator_pid"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "demo.sh: a process exited early (pid $pid); see $WORK/localcp.log and $WORK/operator.log" >&2
+      tail -n 20 "$WORK/operator.log" "$WORK/localcp.log" >&2
+      exit 1
+    fi
+  done
+  delivered="$(grep -o 'accepted=[0-9]* distinct=[0-9]*' "$WORK/sink.log" | tail -n 1)"
+  depth="$("$BIN/sluice-dev" counts "$queue_url" 2>/dev/null || echo 'queue=?')"
+  status="$("$BIN/sluice-dev" source-status "$source_name" --pods "$WORK/localcp/pods.json" 2>/dev/null \
+    || echo 'status=?')"
+  printf '%4ss  sink: %-30s  queue: %-34s  %s\n' "$((SECONDS - start))" "${delivered:-accepted=0}" "$depth" "$status"
 done
+say "first events at the sink"
+grep -m3 '^event ' "$WORK/sink.log" || true
+grep -h '^sent ' "$WORK/send.log" || true

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use serde_yaml::Value;
+use sluice_crds::SqsSource;
 use sluice_tests::localstack::{DEFAULT_ENDPOINT, QueueOptions, SendOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::{SinkServer, SinkStats};
 use tokio::signal::unix::{SignalKind, signal};
@@ -76,14 +77,37 @@ enum Command {
         /// URL for every HTTP sink.
         #[arg(long)]
         sink_url: String,
+        /// Set spec.scaling to MIN:MAX replicas, checked every 2 s, scaling down after 10 s (for demos).
+        #[arg(long, value_name = "MIN:MAX")]
+        replicas: Option<String>,
         /// Output file (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Server-side apply a CustomResourceDefinition or SqsSource manifest to the cluster in KUBECONFIG
+    /// (so the demo needs no kubectl).
+    Apply {
+        /// YAML manifest (one document).
+        file: PathBuf,
+        /// Namespace for namespaced objects.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+    },
+    /// Print one line about an SqsSource and its reader Deployment (Ready condition, replicas).
+    SourceStatus {
+        name: String,
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// The process runner's pods.json: also count the reader processes running for the source.
+        #[arg(long)]
+        pods: Option<PathBuf>,
     },
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // kube and the AWS SDK both bring a rustls provider; pick one, as the operator and reader do.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     let client = sqs_client(&args.endpoint);
     match args.command {
@@ -100,12 +124,23 @@ async fn main() -> Result<()> {
             let counts = TestQueue::open(&client, &queue_url).approximate_counts().await?;
             println!("visible={} in_flight={} delayed={}", counts.visible, counts.in_flight, counts.delayed);
         }
-        Command::RenderSource { example, queue_url, sink_url, out } => {
+        Command::Apply { file, namespace } => apply(&file, &namespace).await?,
+        Command::SourceStatus { name, namespace, pods } => {
+            let mut line = String::new();
+            if let Some(pods) = pods {
+                line = format!("processes={} ", running_readers(&pods, &format!("{name}-reader")));
+            }
+            println!("{line}{}", source_status(&name, &namespace).await?);
+        }
+        Command::RenderSource { example, queue_url, sink_url, replicas, out } => {
             let text = std::fs::read_to_string(&example)
                 .with_context(|| format!("reading {}", example.display()))?;
             let mut source: Value =
                 serde_yaml::from_str(&text).with_context(|| format!("parsing {}", example.display()))?;
             point_source_at(&mut source, &queue_url, &args.endpoint, &sink_url)?;
+            if let Some(replicas) = replicas {
+                set_scaling(&mut source, &replicas)?;
+            }
             let rendered = serde_yaml::to_string(&source)?;
             match out {
                 Some(path) => {
@@ -116,6 +151,77 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Field manager of what `sluice-dev apply` writes (as `kubectl apply --server-side` would).
+const MANAGER: &str = "sluice-dev";
+
+async fn apply(file: &std::path::Path, namespace: &str) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, Patch, PatchParams};
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let doc: Value = serde_yaml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let client = kube::Client::try_default().await.context("connecting with KUBECONFIG")?;
+    let params = PatchParams::apply(MANAGER).force();
+    match kind.as_str() {
+        "CustomResourceDefinition" => {
+            let crd: CustomResourceDefinition = serde_yaml::from_value(doc)?;
+            let name = crd.metadata.name.clone().context("metadata.name is missing")?;
+            Api::<CustomResourceDefinition>::all(client).patch(&name, &params, &Patch::Apply(&crd)).await?;
+            println!("customresourcedefinition/{name} applied");
+        }
+        "SqsSource" => {
+            let source: SqsSource = serde_yaml::from_value(doc)?;
+            let name = source.metadata.name.clone().context("metadata.name is missing")?;
+            Api::<SqsSource>::namespaced(client, namespace)
+                .patch(&name, &params, &Patch::Apply(&source))
+                .await?;
+            println!("sqssource/{name} applied");
+        }
+        other => bail!("sluice-dev apply knows CustomResourceDefinition and SqsSource, not {other:?}"),
+    }
+    Ok(())
+}
+
+/// Reader processes with a pid and not terminating, for one Deployment, from the runner's pods.json.
+fn running_readers(pods: &std::path::Path, deployment: &str) -> usize {
+    let Ok(text) = std::fs::read_to_string(pods) else { return 0 };
+    let Ok(serde_json::Value::Array(pods)) = serde_json::from_str(&text) else { return 0 };
+    pods.iter()
+        .filter(|p| p.get("deployment").and_then(serde_json::Value::as_str) == Some(deployment))
+        .filter(|p| p.get("pid").is_some_and(serde_json::Value::is_u64))
+        .filter(|p| !p.get("terminating").and_then(serde_json::Value::as_bool).unwrap_or(false))
+        .count()
+}
+
+async fn source_status(name: &str, namespace: &str) -> Result<String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::Api;
+    let client = kube::Client::try_default().await.context("connecting with KUBECONFIG")?;
+    let Some(source) = Api::<SqsSource>::namespaced(client.clone(), namespace).get_opt(name).await? else {
+        return Ok("source=absent".into());
+    };
+    let status = source.status.unwrap_or_default();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map_or_else(|| "?".to_owned(), |c| format!("{}({})", c.status, c.reason));
+    let deployment = Api::<Deployment>::namespaced(client, namespace)
+        .get_opt(&format!("{name}-reader"))
+        .await?
+        .and_then(|d| d.status)
+        .map_or_else(
+            || "-".to_owned(),
+            |s| format!("{}/{}", s.ready_replicas.unwrap_or(0), s.replicas.unwrap_or(0)),
+        );
+    Ok(format!(
+        "Ready={ready} replicas={}/{} desired={} deployment={deployment}",
+        status.ready_replicas,
+        status.replicas,
+        status.desired_replicas.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+    ))
 }
 
 /// Sends `count` messages in batches of 10, paced to `rate` messages/s when given.
@@ -201,6 +307,21 @@ fn point_source_at(source: &mut Value, queue_url: &str, endpoint: &str, sink_url
     if pointed == 0 {
         bail!("the example has no HTTP sink to point at {sink_url}");
     }
+    Ok(())
+}
+
+/// Sets `spec.scaling` from `MIN:MAX`, with short intervals so that scaling shows within a demo.
+fn set_scaling(source: &mut Value, replicas: &str) -> Result<()> {
+    let (min, max) = replicas.split_once(':').context("--replicas takes MIN:MAX, e.g. 1:3")?;
+    let (min, max): (i64, i64) =
+        (min.trim().parse().context("--replicas MIN")?, max.trim().parse().context("--replicas MAX")?);
+    let spec = source.get_mut("spec").context("the example has no spec")?;
+    let mut scaling = serde_yaml::Mapping::new();
+    scaling.insert("minReplicas".into(), min.into());
+    scaling.insert("maxReplicas".into(), max.into());
+    scaling.insert("pollIntervalSeconds".into(), 2.into());
+    scaling.insert("scaleDownStabilizationSeconds".into(), 10.into());
+    spec["scaling"] = Value::Mapping(scaling);
     Ok(())
 }
 
