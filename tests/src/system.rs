@@ -190,6 +190,7 @@ impl System {
                     pid: p.get("pid").and_then(serde_json::Value::as_u64).map(|v| v as u32),
                     terminating: p.get("terminating").and_then(serde_json::Value::as_bool).unwrap_or(false),
                     restarts: p.get("restarts").and_then(serde_json::Value::as_u64).unwrap_or(0),
+                    last_exit: p.get("last_exit").and_then(serde_json::Value::as_str).map(str::to_owned),
                 })
             })
             .collect()
@@ -230,6 +231,8 @@ pub struct ReaderProcess {
     pub pid: Option<u32>,
     pub terminating: bool,
     pub restarts: u64,
+    /// How the process's last run ended, as the runner wrote it (`exit status: 0`), if it ended.
+    pub last_exit: Option<String>,
 }
 
 /// Static credentials and region for LocalStack (any credentials work there).

@@ -1,0 +1,284 @@
+//! `sluice-bench-scale`: how fast the autoscaler reacts to a burst, on the whole system as processes
+//! (LocalStack, the local control plane with its process runner, the operator, reader processes).
+//!
+//! Each run waits until the source is idle at zero readers, sends a burst, and samples the reader
+//! Deployment's `spec.replicas` every 50 ms. The reaction is the time from the burst's arrival (the
+//! first SendMessageBatch acknowledged, so its messages are visible in the queue) to the first sample
+//! with more replicas than before, against the target of one poll interval plus 2 s. The arithmetic is
+//! the operator's `scaler::reaction` (sluice-operator is not a dependency of this crate, so its few
+//! lines are repeated here).
+//!
+//! Run: `cargo build --workspace --bins && target/debug/sluice-bench-scale --runs 5`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::system::System;
+
+const SOURCE: &str = "bench";
+/// Slack beyond one poll interval (as in `sluice_operator::scaler::reaction::SLACK`).
+const SLACK: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Parser)]
+#[command(name = "sluice-bench-scale")]
+struct Args {
+    /// Bursts to measure.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Messages per burst.
+    #[arg(long, default_value_t = 2000)]
+    messages: usize,
+    /// Concurrent SendMessageBatch loops per burst.
+    #[arg(long, default_value_t = 4)]
+    senders: usize,
+    /// The source's scaling.pollIntervalSeconds.
+    #[arg(long, default_value_t = 1)]
+    poll_interval: u64,
+    /// The source's scaling.maxReplicas.
+    #[arg(long, default_value_t = 4)]
+    max_replicas: i32,
+    /// Where the system keeps logs and state (default: a fresh temporary directory, kept).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    at: Duration,
+    replicas: i32,
+}
+
+#[derive(Debug)]
+struct Reaction {
+    reaction: Option<Duration>,
+    to_peak: Option<Duration>,
+    peak: i32,
+}
+
+/// As `sluice_operator::scaler::reaction::Reaction::measure`: the first sample after the burst above
+/// the replicas at the burst, and the highest count seen.
+fn measure(burst_at: Duration, samples: &[Sample]) -> Reaction {
+    let mut samples = samples.to_vec();
+    samples.sort_by_key(|s| s.at);
+    let before = samples.iter().rev().find(|s| s.at <= burst_at).map_or(0, |s| s.replicas);
+    let after = || samples.iter().filter(move |s| s.at > burst_at);
+    let raised = after().find(|s| s.replicas > before).map(|s| s.at - burst_at);
+    let peak = after().max_by_key(|s| (s.replicas, std::cmp::Reverse(s.at)));
+    Reaction {
+        reaction: raised,
+        to_peak: peak.filter(|p| p.replicas > before).map(|p| p.at - burst_at),
+        peak: peak.map_or(before, |p| p.replicas.max(before)),
+    }
+}
+
+fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: SqsSource
+metadata:
+  name: {SOURCE}
+  namespace: default
+spec:
+  queues:
+    - url: {url}
+      endpoint: {endpoint}
+  receive:
+    pollers: 2
+    waitTimeSeconds: 1
+    visibilityTimeoutSeconds: 10
+  sinks:
+    - name: webhook
+      http:
+        url: {sink}
+        timeoutMs: 2000
+  scaling:
+    minReplicas: 0
+    maxReplicas: {max}
+    targetMessagesPerReplica: 100
+    pollIntervalSeconds: {poll}
+    scaleDownStabilizationSeconds: 3
+    idleCooldownSeconds: 3
+  reader:
+    logLevel: info
+"#,
+        url = queue.url,
+        max = args.max_replicas,
+        poll = args.poll_interval,
+    )
+}
+
+async fn spec_replicas(system: &System) -> Result<Option<i32>> {
+    Ok(system.reader_deployment(SOURCE).await?.and_then(|d| d.spec).and_then(|s| s.replicas))
+}
+
+/// Waits (at most 3 minutes) until the Deployment wants 0 readers and none runs.
+async fn wait_idle(system: &System) -> Result<()> {
+    let start = Instant::now();
+    while !(spec_replicas(system).await? == Some(0) && system.running_readers(SOURCE).is_empty()) {
+        if start.elapsed() > Duration::from_secs(180) {
+            bail!("the source did not return to zero readers; logs under {}", system.state_dir().display());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// One burst: returns its reaction and how long sending took.
+async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Reaction, Duration)> {
+    let start = Instant::now();
+    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+    let first_ack: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let sampling = async {
+        // Until the fleet has peaked or 60 s passed.
+        while start.elapsed() < Duration::from_secs(60) {
+            let replicas = spec_replicas(system).await?.unwrap_or(0);
+            samples.lock().expect("samples").push(Sample { at: start.elapsed(), replicas });
+            if replicas >= args.max_replicas {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::Ok(())
+    };
+    let sending = async {
+        let per = args.messages.div_ceil(args.senders).max(10);
+        let sends = (0..args.senders).map(|_| async {
+            // The first batch alone, so its acknowledgment marks the burst's arrival.
+            queue.send_batch(10).await?;
+            first_ack.lock().expect("first ack").get_or_insert(start.elapsed());
+            queue.send_batch(per - 10).await
+        });
+        for result in futures::future::join_all(sends).await {
+            result?;
+        }
+        anyhow::Ok(start.elapsed())
+    };
+    let (sampled, sent) = tokio::join!(sampling, sending);
+    sampled?;
+    let sent = sent?;
+    let burst_at = first_ack.lock().expect("first ack").context("no batch was acknowledged")?;
+    let samples = samples.lock().expect("samples").clone();
+    Ok((measure(burst_at, &samples), sent - burst_at))
+}
+
+fn median(mut values: Vec<Duration>) -> Option<Duration> {
+    values.sort();
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let bin_dir = std::env::current_exe()?.parent().context("the binary's directory")?.to_owned();
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => tempfile::Builder::new().prefix("sluice-bench-scale-").tempdir()?.keep(),
+    };
+    let endpoint = LocalStack::ensure().await?;
+    let client = sqs_client(&endpoint);
+    let options = QueueOptions { visibility_timeout: Some(10), ..QueueOptions::default() };
+    let queue = TestQueue::create_with(&client, "bench-scale", false, &options).await?;
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let mut system = System::start(&bin_dir, &state_dir).await?;
+    system.start_operator()?;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), &args)).await?;
+    let poll = Duration::from_secs(args.poll_interval);
+    let target = poll + SLACK;
+    println!(
+        "sluice-bench-scale: {} runs, bursts of {} messages ({} senders), pollIntervalSeconds {}, \
+         maxReplicas {}, target {:.0}s; state under {}",
+        args.runs,
+        args.messages,
+        args.senders,
+        args.poll_interval,
+        args.max_replicas,
+        target.as_secs_f64(),
+        state_dir.display()
+    );
+
+    let mut reactions = Vec::new();
+    let mut peaks = Vec::new();
+    let mut missed = 0;
+    let mut sent_total = 0u64;
+    for run in 1..=args.runs {
+        wait_idle(&system).await?;
+        let (r, sending) = run_once(&system, &queue, &args).await?;
+        sent_total += args.messages.div_ceil(args.senders).max(10) as u64 * args.senders as u64;
+        match r.reaction {
+            Some(reaction) => {
+                let met = reaction <= target;
+                missed += usize::from(!met);
+                println!(
+                    "run {run}: burst to raised replicas {:.2}s ({}), to peak of {} {:.2}s; sending took {:.1}s",
+                    reaction.as_secs_f64(),
+                    if met { "met" } else { "MISSED" },
+                    r.peak,
+                    r.to_peak.unwrap_or(reaction).as_secs_f64(),
+                    sending.as_secs_f64()
+                );
+                reactions.push(reaction);
+                if let Some(p) = r.to_peak {
+                    peaks.push(p);
+                }
+            }
+            None => {
+                missed += 1;
+                println!("run {run}: replicas never rose within 60 s (MISSED)");
+            }
+        }
+        // Let the readers drain this burst before the next run measures from zero.
+        sink.wait_for_distinct(sent_total, Duration::from_secs(300)).await?;
+    }
+    let med = median(reactions.clone());
+    println!(
+        "median burst to raised replicas: {} over {} runs (min {}, max {}); target {:.0}s ({}); \
+         median to peak {}; {missed} run(s) missed",
+        med.map_or_else(|| "none".into(), |m| format!("{:.2}s", m.as_secs_f64())),
+        args.runs,
+        reactions.iter().min().map_or_else(|| "-".into(), |m| format!("{:.2}s", m.as_secs_f64())),
+        reactions.iter().max().map_or_else(|| "-".into(), |m| format!("{:.2}s", m.as_secs_f64())),
+        target.as_secs_f64(),
+        if med.is_some_and(|m| m <= target) { "met" } else { "MISSED" },
+        median(peaks).map_or_else(|| "none".into(), |m| format!("{:.2}s", m.as_secs_f64())),
+    );
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(millis: u64, replicas: i32) -> Sample {
+        Sample { at: Duration::from_millis(millis), replicas }
+    }
+
+    #[test]
+    fn reaction_is_measured_from_the_burst_to_the_first_raise() {
+        let samples = [at(0, 0), at(900, 0), at(4_200, 2), at(9_300, 4), at(60_000, 0)];
+        let r = measure(Duration::from_millis(1_000), &samples);
+        assert_eq!(r.reaction, Some(Duration::from_millis(3_200)));
+        assert_eq!(r.to_peak, Some(Duration::from_millis(8_300)));
+        assert_eq!(r.peak, 4);
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        let s = Duration::from_secs;
+        assert_eq!(median(vec![s(3), s(1), s(2)]), Some(s(2)));
+        assert_eq!(median(vec![s(4), s(1), s(2), s(3)]), Some(Duration::from_millis(2_500)));
+        assert_eq!(median(Vec::new()), None);
+    }
+}

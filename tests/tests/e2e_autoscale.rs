@@ -1,0 +1,301 @@
+//! End-to-end autoscaling, as separate processes: LocalStack, the local control plane with its process
+//! runner, the operator (whose autoscaler polls the queue) and the reader processes it asks for.
+//!
+//! A source with `minReplicas: 0` starts with no reader at all; a burst of 20,000 messages must raise
+//! the reader Deployment to `maxReplicas`, every message must reach the sink (distinct CloudEvents ids)
+//! with the queue left empty, and once idle the fleet must return to zero with every removed reader
+//! draining cleanly: no SIGKILL at the end of a grace period, no in-flight message left behind, no
+//! crash, no request refused at the sink.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::system::{ReaderProcess, System};
+
+const SOURCE: &str = "burst";
+const MESSAGES: usize = 20_000;
+const SENDERS: usize = 8;
+const MAX_REPLICAS: i32 = 4;
+/// The whole scenario after the burst starts: up, drain, back to zero.
+const BOUND: Duration = Duration::from_secs(8 * 60);
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+}
+
+fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: SqsSource
+metadata:
+  name: {SOURCE}
+  namespace: default
+spec:
+  queues:
+    - url: {url}
+      endpoint: {endpoint}
+  receive:
+    pollers: 2
+    waitTimeSeconds: 1
+    visibilityTimeoutSeconds: 10
+  sinks:
+    - name: webhook
+      http:
+        url: {sink}
+        timeoutMs: 2000
+  scaling:
+    minReplicas: 0
+    maxReplicas: {MAX_REPLICAS}
+    targetMessagesPerReplica: 100
+    pollIntervalSeconds: 1
+    scaleDownStabilizationSeconds: 5
+    idleCooldownSeconds: 5
+  reader:
+    logLevel: info
+"#,
+        url = queue.url
+    )
+}
+
+async fn spec_replicas(system: &System) -> Result<Option<i32>> {
+    Ok(system.reader_deployment(SOURCE).await?.and_then(|d| d.spec).and_then(|s| s.replicas))
+}
+
+/// Offsets from the start of the burst.
+#[derive(Debug, Default)]
+struct Timeline {
+    sent: Option<Duration>,
+    first_scale_up: Option<Duration>,
+    at_max: Option<Duration>,
+    max_processes: Option<Duration>,
+    drained: Option<Duration>,
+    zero: Option<Duration>,
+    peak_replicas: i32,
+    peak_processes: usize,
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or_else(|| "never".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()))
+}
+
+/// Sends the burst from `SENDERS` concurrent SendMessageBatch loops.
+async fn send_burst(queue: &TestQueue) -> Result<()> {
+    let per = MESSAGES / SENDERS;
+    let sends = (0..SENDERS).map(|_| queue.send_batch(per));
+    for result in futures::future::join_all(sends).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Samples the Deployment, the reader processes, the sink and the queue until the fleet is back to
+/// zero after delivering everything, or `BOUND` passes.
+async fn watch(
+    system: &System,
+    sink: &SinkServer,
+    queue: &TestQueue,
+    start: Instant,
+    seen: &mut BTreeMap<String, ReaderProcess>,
+    timeline: &mut Timeline,
+) -> Result<()> {
+    let mut last_queue_check: Option<Instant> = None;
+    let mut queue_empty = false;
+    loop {
+        let now = start.elapsed();
+        let replicas = spec_replicas(system).await?.unwrap_or(-1);
+        let running = system.running_readers(SOURCE);
+        for p in system.reader_processes().into_iter().filter(|p| p.deployment == format!("{SOURCE}-reader"))
+        {
+            seen.insert(p.name.clone(), p);
+        }
+        timeline.peak_replicas = timeline.peak_replicas.max(replicas);
+        timeline.peak_processes = timeline.peak_processes.max(running.len());
+        if replicas > 0 && timeline.first_scale_up.is_none() {
+            timeline.first_scale_up = Some(now);
+            println!("[{:6.1}s] first scale-up: spec.replicas = {replicas}", now.as_secs_f64());
+        }
+        if replicas >= MAX_REPLICAS && timeline.at_max.is_none() {
+            timeline.at_max = Some(now);
+            println!("[{:6.1}s] spec.replicas at max ({replicas})", now.as_secs_f64());
+        }
+        if running.len() >= MAX_REPLICAS as usize && timeline.max_processes.is_none() {
+            timeline.max_processes = Some(now);
+            println!("[{:6.1}s] {} reader processes running", now.as_secs_f64(), running.len());
+        }
+        // Terminating readers still draining count: zero means every process has exited.
+        let processes = system
+            .reader_processes()
+            .into_iter()
+            .filter(|p| p.deployment == format!("{SOURCE}-reader") && p.pid.is_some())
+            .count();
+        let stats = sink.stats();
+        if timeline.drained.is_none() && stats.distinct >= MESSAGES as u64 {
+            if last_queue_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                last_queue_check = Some(Instant::now());
+                queue_empty = queue.approximate_counts().await?.total() == 0;
+            }
+            if queue_empty {
+                timeline.drained = Some(now);
+                println!(
+                    "[{:6.1}s] drained: {} distinct at the sink, {} duplicates, queue empty",
+                    now.as_secs_f64(),
+                    stats.distinct,
+                    stats.duplicates
+                );
+            }
+        }
+        if timeline.drained.is_some() && replicas == 0 && processes == 0 {
+            timeline.zero = Some(now);
+            println!(
+                "[{:6.1}s] back to zero: spec.replicas = 0, every reader process exited",
+                now.as_secs_f64()
+            );
+            return Ok(());
+        }
+        if now > BOUND {
+            bail!(
+                "not back to zero within {BOUND:?}: {timeline:?}; spec.replicas = {replicas}, {} running, \
+                 sink {stats:?}; logs under {}",
+                running.len(),
+                system.state_dir().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every reader that was stopped drained: a reader stopped once its receive loop ran says `drained`
+/// with nothing left in flight (one stopped while still starting has nothing to drain), nothing reached
+/// a drain deadline, and the runner never had to SIGKILL at the end of a grace period. Returns (readers
+/// stopped, readers that drained work).
+fn check_drains(system: &System) -> Result<(usize, usize)> {
+    let logs = system.state_dir().join("localcp/logs");
+    let (mut stopped, mut drained) = (0, 0);
+    for entry in std::fs::read_dir(&logs).with_context(|| format!("reading {}", logs.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        if !name.starts_with(&format!("{SOURCE}-reader-")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let (mut sigterm, mut draining, mut left) = (false, false, None);
+        for line in text.lines() {
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let fields = &value["fields"];
+            let message = fields["message"].as_str().unwrap_or_default();
+            if message.contains("drain deadline reached") {
+                bail!("{name}: a drain was cut off: {line}");
+            }
+            sigterm |= message == "SIGTERM: draining";
+            draining |= message.starts_with("stopping: draining");
+            if message == "drained" {
+                left = fields["left"].as_u64();
+            }
+        }
+        assert!(sigterm, "{name} was never asked to stop, yet the fleet is at zero");
+        stopped += 1;
+        if draining {
+            assert_eq!(left, Some(0), "{name} did not report a complete drain (left = {left:?})");
+            drained += 1;
+        }
+    }
+    let runner_log = std::fs::read_to_string(system.state_dir().join("localcp.log"))?;
+    let killed: Vec<&str> = runner_log.lines().filter(|l| l.contains("grace period over")).collect();
+    assert!(killed.is_empty(), "readers were SIGKILLed at the end of their grace period: {killed:?}");
+    Ok((stopped, drained))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_20000_scales_zero_to_max_and_back_to_zero_without_loss() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let client = sqs_client(&endpoint);
+    let options = QueueOptions { visibility_timeout: Some(10), ..QueueOptions::default() };
+    let queue = TestQueue::create_with(&client, "e2e-autoscale", false, &options).await?;
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-autoscale");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut system = System::start(&bin_dir(), &dir).await?;
+    system.start_operator()?;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url())).await?;
+
+    // Idle at zero: the Deployment exists with spec.replicas 0 and no reader process runs.
+    let idle_since = Instant::now();
+    loop {
+        if spec_replicas(&system).await? == Some(0) && system.running_readers(SOURCE).is_empty() {
+            break;
+        }
+        assert!(
+            idle_since.elapsed() < Duration::from_secs(60),
+            "no reader Deployment at 0 replicas; logs under {}",
+            system.state_dir().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for _ in 0..12 {
+        assert_eq!(spec_replicas(&system).await?, Some(0), "replicas rose with an empty queue");
+        assert!(system.running_readers(SOURCE).is_empty(), "a reader runs with minReplicas 0 and no work");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!("idle: spec.replicas = 0, no reader process");
+
+    let start = Instant::now();
+    let mut seen = BTreeMap::new();
+    let mut timeline = Timeline::default();
+    let sending = async {
+        send_burst(&queue).await?;
+        let sent = start.elapsed();
+        println!("[{:6.1}s] sent {MESSAGES} messages ({SENDERS} senders)", sent.as_secs_f64());
+        anyhow::Ok(sent)
+    };
+    let (sent, watched) =
+        tokio::join!(sending, watch(&system, &sink, &queue, start, &mut seen, &mut timeline));
+    timeline.sent = Some(sent?);
+    watched?;
+
+    let stats = sink.stats();
+    let counts = queue.approximate_counts().await?;
+    println!(
+        "timeline from the burst: sent {}, first scale-up {}, spec.replicas at max {}, {MAX_REPLICAS} processes {}, \
+         drained {}, back to zero {}",
+        secs(timeline.sent),
+        secs(timeline.first_scale_up),
+        secs(timeline.at_max),
+        secs(timeline.max_processes),
+        secs(timeline.drained),
+        secs(timeline.zero)
+    );
+    println!(
+        "sink: {} distinct, {} duplicates, {} requests, {} refused; queue {counts:?}",
+        stats.distinct, stats.duplicates, stats.accepted, stats.rejected
+    );
+    assert_eq!(timeline.peak_replicas, MAX_REPLICAS, "spec.replicas never reached max");
+    assert_eq!(timeline.peak_processes, MAX_REPLICAS as usize, "never {MAX_REPLICAS} reader processes");
+    assert_eq!(stats.distinct, MESSAGES as u64, "messages lost (or foreign ids) at the sink");
+    assert_eq!(stats.rejected, 0, "the sink refused requests");
+    assert_eq!(counts.total(), 0, "queue not empty: {counts:?}");
+
+    // Removed readers drained: no crash restarts, any recorded exit was clean, logs say drained.
+    for p in seen.values() {
+        assert_eq!(p.restarts, 0, "{} crashed and was restarted (last exit {:?})", p.name, p.last_exit);
+        if let Some(exit) = &p.last_exit {
+            assert!(exit.contains("status: 0"), "{} exited uncleanly: {exit}", p.name);
+        }
+    }
+    let (stopped, drained) = check_drains(&system)?;
+    println!(
+        "{} reader processes seen, {stopped} stopped by scale-down without a SIGKILL or a crash, \
+         {drained} of them drained in-flight work to zero left",
+        seen.len()
+    );
+    assert!(drained >= MAX_REPLICAS as usize, "only {drained} readers drained");
+    assert_eq!(sink.stats().distinct, MESSAGES as u64, "a delivery arrived after the fleet reached zero");
+
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
