@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly LOCALSTACK=tests/scripts/localstack.sh
 readonly WORK=.sluice/demo
-readonly BIN=target/debug
+# The binaries cargo builds: honour CARGO_TARGET_DIR like cargo does.
+readonly BIN="${CARGO_TARGET_DIR:-target}/debug"
 
 seconds=60 count=2000 rate=100 replicas=1:3 example=deploy/examples/minimal-http.yaml standalone=no
 while (($#)); do
@@ -141,7 +142,7 @@ fi
 say "local control plane + process runner: sluice-localcp --kubelet (log: $WORK/localcp.log)"
 export KUBECONFIG="$PWD/$WORK/kubeconfig"
 rm -rf "$KUBECONFIG" "$WORK/localcp"
-setsid "$BIN/sluice-localcp" --port 0 --kubelet --bin-dir "$PWD/$BIN" --state-dir "$PWD/$WORK/localcp" \
+setsid "$BIN/sluice-localcp" --port 0 --kubelet --bin-dir "$(realpath "$BIN")" --state-dir "$PWD/$WORK/localcp" \
   --kubeconfig "$KUBECONFIG" >"$WORK/localcp.log" 2>&1 &
 localcp_pid=$!
 for _ in $(seq 100); do [[ -s "$KUBECONFIG" ]] && break; sleep 0.1; done
