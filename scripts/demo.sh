@@ -180,7 +180,8 @@ while ((SECONDS < end)); do
       exit 1
     fi
   done
-  delivered="$(grep -o 'accepted=[0-9]* distinct=[0-9]*' "$WORK/sink.log" | tail -n 1)"
+  # No progress line yet is not an error (grep exits 1; pipefail and set -e would end the demo).
+  delivered="$(grep -o 'accepted=[0-9]* distinct=[0-9]*' "$WORK/sink.log" | tail -n 1 || true)"
   depth="$("$BIN/sluice-dev" counts "$queue_url" 2>/dev/null || echo 'queue=?')"
   status="$("$BIN/sluice-dev" source-status "$source_name" --pods "$WORK/localcp/pods.json" 2>/dev/null \
     || echo 'status=?')"
