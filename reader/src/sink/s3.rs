@@ -1,23 +1,51 @@
-//! The `s3` sink: a transaction per checkpoint epoch (DESIGN.md section 3, issue 7).
+//! The `s3` sink: a transaction per epoch key (DESIGN.md section 3, issue 7;
+//! crds/src/checkpoint/PROTOCOL.md).
 //!
-//! Why a multipart upload per epoch: S3 keeps a multipart upload invisible until it is completed,
-//! and completing one is a single atomic step. So an epoch's records are appended to a buffer,
-//! uploaded as parts as the buffer fills, and `pre_commit(E)` uploads the rest: the output is
-//! then durable but invisible, and the reader may ack `E`. `commit(E)` completes the upload (the
-//! object appears, all of it at once); `abort(E)` aborts it (nothing appears). Records of an
-//! epoch are `Delivered` once buffered: a record counts as safe only after `pre_commit`, which the
-//! reader awaits before acking, and a reader that dies before that never acked, so its records
-//! return to the queue.
+//! Why a multipart upload per key: S3 keeps a multipart upload invisible until it is completed,
+//! and completing one is a single atomic step. So the records of one `EpochKey` (pod,
+//! incarnation, epoch) are appended to a buffer, uploaded as parts as the buffer fills, and
+//! `pre_commit(key)` uploads the rest: the output is then durable but invisible, and the reader
+//! may ack the epoch. `commit(key)` completes the upload (the object appears, all of it at once);
+//! `abort(key)` aborts it (nothing appears). Records are `Delivered` once buffered: a record
+//! counts as safe only after `pre_commit`, which the reader awaits before acking, and a reader
+//! that dies before that never acked, so its records return to the queue.
+//!
+//! Why the incarnation is part of the transaction: a reader that is fenced and rejoins gets a new
+//! incarnation and may tag the same epoch number again. The old incarnation's output of that
+//! number is aborted, the new one's may commit, so the two must never share a buffer, an upload
+//! or an object. Buffers are therefore keyed by the `(incarnation, epoch)` the records carry, and
+//! the object of a key is `<prefix>/<pod>/epoch-<E>/<incarnation>.jsonl` with the reader's
+//! `Incarnation` (16 hex digits, s3_layout.rs). The records of this process are tagged by the pod
+//! this sink was built for (`reader`), so only keys of that pod have local buffers, and
+//! `pre_commit` of another pod's key is an error (it would answer for records it never saw).
 //!
 //! Records of epoch 0 (atLeastOnce, where there are no epochs) are not buffered: each `deliver`
 //! writes them as one object and answers `Delivered` only once S3 has it, because under
-//! atLeastOnce the reader deletes a message as soon as its sink says `Delivered`.
+//! atLeastOnce the reader deletes a message as soon as its sink says `Delivered`. Those objects
+//! carry the sink's own random incarnation, there being no reader incarnation to name them by.
 //!
-//! `commit` is idempotent and does not need this process's memory: without local state it lists
-//! the epoch's pending uploads under `<prefix>/<reader>/epoch-<E>/` and completes the newest (the
-//! incarnation that acked; older ones belong to processes that died or were fenced before acking
-//! and are aborted). So a restarted reader, or another party through `commit_for`, can finish an
-//! acked epoch whose commit was interrupted. An already completed upload is success.
+//! `commit(key)` is idempotent and needs no memory of this process: committed output must become
+//! visible even if its reader died between the checkpoint and its sink commit, so any reader of
+//! the source (a restarted one, a rejoined one finishing inherited entries, one that received a
+//! redelivered committed message) may commit another's key. Without the upload in memory the sink
+//! lists the pending uploads under the key's epoch prefix and completes the one whose object is
+//! exactly the key's, with the parts `ListParts` reports. It never completes an upload of another
+//! incarnation. A pending upload of the key without parts is an orphan (a `CreateMultipartUpload`
+//! whose answer was lost; a staged key always has a part) and is aborted, never completed. Nothing
+//! pending is success: the key was completed already, or had no records for this sink.
+//!
+//! Stale uploads: a commit of a key of this sink's own pod also aborts the pending uploads of the
+//! pod's OTHER incarnations at the same epoch number. That is safe because a pod commits each
+//! epoch number under at most one incarnation: an incarnation is fenced at the committed epoch `C`
+//! of that moment and all its epochs after `C` are aborted, while its successor is admitted (and
+//! starts tagging) only at an open epoch, which is after `C`; so a committed `(pod, e)` leaves
+//! every other incarnation's `e` aborted. Uploads of an incarnation that died without its epoch
+//! number ever being committed again are found by nobody: a bucket lifecycle rule
+//! (`AbortIncompleteMultipartUpload`) is what reclaims those.
+//!
+//! A record for a key that is already pre-committed, committed or aborted (a late record) is
+//! `Failed`, not `Rejected`: the message is released and redelivered, where the reader classifies
+//! it again, instead of being dead-lettered.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +61,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::future::BoxFuture;
 use sluice_crds::S3SinkSpec;
+use sluice_crds::checkpoint::{EpochKey, Incarnation};
 use tokio::sync::Mutex;
 
 use super::aws_error::{self, AwsFailure};
@@ -46,7 +75,7 @@ use crate::record::Record;
 
 /// S3's smallest part (all but the last part of an upload).
 pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
-/// Buffered bytes of an epoch that trigger a part upload.
+/// Buffered bytes of a transaction that trigger a part upload.
 pub const DEFAULT_PART_BYTES: usize = 8 * 1024 * 1024;
 
 pub struct S3Sink {
@@ -54,29 +83,47 @@ pub struct S3Sink {
     client: Client,
     bucket: String,
     prefix: String,
+    /// The pod this process's records are tagged by: the `pod` of every key it buffers.
     reader: String,
-    incarnation: String,
+    /// Names the at-least-once objects of this sink instance (epoch 0 has no reader incarnation).
+    direct_incarnation: String,
     part_bytes: usize,
-    epochs: Mutex<BTreeMap<u64, EpochUpload>>,
-    /// Sequence of the at-least-once objects of this incarnation.
+    txns: Mutex<Txns>,
+    /// Sequence of the at-least-once objects of this sink instance.
     direct_seq: AtomicU64,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
 }
 
-/// Finished epochs remembered (so a late record or a repeated call gets a clear answer).
-const REMEMBERED_EPOCHS: usize = 64;
+/// A transaction of this process: `(incarnation, epoch)` of its records; the pod is `reader`.
+type TxnId = (u64, u64);
 
-/// One epoch's transaction in this process.
+/// Finished transactions remembered (so a late record or a repeated call gets a clear answer).
+const REMEMBERED_TXNS: usize = 64;
+
+/// The transactions of this process.
+#[derive(Default)]
+struct Txns {
+    by_id: BTreeMap<TxnId, EpochUpload>,
+    /// Per incarnation, the newest epoch of a finished transaction that was forgotten: a record
+    /// at or below it belongs to a finished transaction, not to a new one.
+    forgotten: BTreeMap<u64, u64>,
+    /// Counts finishes, so the oldest finished transactions are forgotten first.
+    finishes: u64,
+}
+
+/// One transaction in this process.
 #[derive(Default)]
 struct EpochUpload {
     upload_id: Option<String>,
     buffer: Vec<u8>,
     parts: Vec<CompletedPart>,
-    /// `pre_commit` ran: the epoch takes no more records.
+    /// `pre_commit` ran: the transaction takes no more records.
     sealed: bool,
     /// `commit` or `abort` ran.
     finished: Option<Finished>,
+    /// When it finished, in `Txns::finishes`.
+    finished_at: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,18 +132,56 @@ enum Finished {
     Aborted,
 }
 
-impl EpochUpload {
-    fn finished(how: Finished) -> Self {
-        Self { finished: Some(how), ..Self::default() }
+impl Txns {
+    /// Why a record of `id` is not taken, if it is not.
+    fn refusal(&self, id: TxnId) -> Option<String> {
+        match self.by_id.get(&id) {
+            Some(EpochUpload { finished: Some(how), .. }) => {
+                Some(format!("{} is already {}", describe(id), format!("{how:?}").to_lowercase()))
+            }
+            Some(EpochUpload { sealed: true, .. }) => {
+                Some(format!("{} is already pre-committed", describe(id)))
+            }
+            Some(_) => None,
+            None if self.forgotten.get(&id.0).is_some_and(|e| *e >= id.1) => {
+                Some(format!("{} is already finished", describe(id)))
+            }
+            None => None,
+        }
+    }
+
+    /// Record that `id` finished (dropping its buffer and upload), and forget the oldest finished.
+    fn finish(&mut self, id: TxnId, how: Finished) {
+        self.finishes += 1;
+        let done = EpochUpload { finished: Some(how), finished_at: self.finishes, ..EpochUpload::default() };
+        self.by_id.insert(id, done);
+        self.prune();
+    }
+
+    /// Forget all but the newest finished transactions; open ones are always kept.
+    fn prune(&mut self) {
+        let mut finished: Vec<(u64, TxnId)> = self
+            .by_id
+            .iter()
+            .filter(|(_, u)| u.finished.is_some())
+            .map(|(id, u)| (u.finished_at, *id))
+            .collect();
+        finished.sort_unstable();
+        let excess = finished.len().saturating_sub(REMEMBERED_TXNS);
+        for (_, (incarnation, epoch)) in &finished[..excess] {
+            self.by_id.remove(&(*incarnation, *epoch));
+            let through = self.forgotten.entry(*incarnation).or_default();
+            *through = (*through).max(*epoch);
+        }
     }
 }
 
-/// Forget all but the newest finished epochs; open ones are always kept.
-fn prune(epochs: &mut BTreeMap<u64, EpochUpload>) {
-    let finished: Vec<u64> = epochs.iter().filter(|(_, u)| u.finished.is_some()).map(|(e, _)| *e).collect();
-    for epoch in finished.iter().take(finished.len().saturating_sub(REMEMBERED_EPOCHS)) {
-        epochs.remove(epoch);
-    }
+fn describe((incarnation, epoch): TxnId) -> String {
+    format!("epoch {epoch} of incarnation {}", Incarnation(incarnation))
+}
+
+fn describe_key(key: &EpochKey) -> String {
+    format!("epoch {} of {} incarnation {}", key.epoch, key.pod, key.incarnation)
 }
 
 impl S3Sink {
@@ -149,9 +234,9 @@ impl S3Sink {
             bucket: bucket.to_owned(),
             prefix: prefix.to_owned(),
             reader: reader.to_owned(),
-            incarnation: new_incarnation(now_ms),
+            direct_incarnation: new_incarnation(now_ms),
             part_bytes: DEFAULT_PART_BYTES,
-            epochs: Mutex::default(),
+            txns: Mutex::default(),
             direct_seq: AtomicU64::new(0),
             policy,
             stats: Arc::default(),
@@ -164,29 +249,14 @@ impl S3Sink {
         self
     }
 
-    /// The object this process writes for `epoch` (visible after `commit`).
-    pub fn object_key(&self, epoch: u64) -> String {
-        object_key(&self.prefix, &self.reader, epoch, &self.incarnation)
+    /// The object `key` becomes when committed.
+    pub fn object_key(&self, key: &EpochKey) -> String {
+        object_key(&self.prefix, &key.pod, key.epoch, &key.incarnation.to_string())
     }
 
-    /// Complete `reader`'s pending upload for `epoch`: for finishing the acked epoch of a reader
-    /// that can no longer do it. Idempotent.
-    pub async fn commit_for(&self, reader: &str, epoch: u64) -> Result<(), SinkError> {
-        let uploads = self.pending_uploads(reader, epoch).await?;
-        let Some(((key, upload_id), stale)) = uploads.split_last() else { return Ok(()) };
-        for (key, upload_id) in stale {
-            self.abort_upload(key, upload_id).await?;
-        }
-        let parts = self.listed_parts(key, upload_id).await?;
-        self.complete(key, upload_id, parts).await
-    }
-
-    /// Abort every pending upload of `reader` for `epoch`. Idempotent.
-    pub async fn abort_for(&self, reader: &str, epoch: u64) -> Result<(), SinkError> {
-        for (key, upload_id) in self.pending_uploads(reader, epoch).await? {
-            self.abort_upload(&key, &upload_id).await?;
-        }
-        Ok(())
+    /// The key of a transaction of this process.
+    fn own_key(&self, (incarnation, epoch): TxnId) -> EpochKey {
+        EpochKey { pod: self.reader.clone(), incarnation: Incarnation(incarnation), epoch }
     }
 
     async fn deliver_records(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
@@ -214,7 +284,7 @@ impl S3Sink {
             append_line(&mut body, record);
         }
         let seq = self.direct_seq.fetch_add(1, Ordering::Relaxed);
-        let key = direct_key(&self.prefix, &self.reader, &self.incarnation, seq);
+        let key = direct_key(&self.prefix, &self.reader, &self.direct_incarnation, seq);
         let body = bytes::Bytes::from(body);
         self.retrying("PutObject", || {
             self.client
@@ -233,41 +303,38 @@ impl S3Sink {
         if records.is_empty() {
             return Vec::new();
         }
-        let mut epochs = self.epochs.lock().await;
+        let mut txns = self.txns.lock().await;
         let outcomes = records
             .iter()
             .map(|record| {
-                let upload = epochs.entry(record.epoch).or_default();
-                if let Some(how) = upload.finished {
-                    let reason = format!("epoch {} is already {how:?}", record.epoch).to_lowercase();
+                let id = (record.incarnation, record.epoch);
+                // Transient on purpose: the message is released and classified again on
+                // redelivery; `Rejected` would dead-letter a message that is not poison.
+                if let Some(reason) = txns.refusal(id) {
                     return Outcome::Failed { reason };
                 }
-                if upload.sealed {
-                    let reason = format!("epoch {} is already pre-committed", record.epoch);
-                    return Outcome::Failed { reason };
-                }
-                append_line(&mut upload.buffer, record);
+                append_line(&mut txns.by_id.entry(id).or_default().buffer, record);
                 Outcome::Delivered
             })
             .collect();
-        let full: Vec<u64> =
-            epochs.iter().filter(|(_, u)| u.buffer.len() >= self.part_bytes).map(|(e, _)| *e).collect();
-        for epoch in full {
-            if let Some(upload) = epochs.get_mut(&epoch) {
+        let full: Vec<TxnId> =
+            txns.by_id.iter().filter(|(_, u)| u.buffer.len() >= self.part_bytes).map(|(id, _)| *id).collect();
+        for id in full {
+            if let Some(upload) = txns.by_id.get_mut(&id) {
                 // A failed flush keeps the buffer; pre_commit tries again and decides the epoch.
-                if let Err(e) = self.flush(epoch, upload).await {
-                    tracing::warn!(sink = %self.name, epoch, error = %e, "part upload failed; will retry at pre-commit");
+                if let Err(e) = self.flush(id, upload).await {
+                    tracing::warn!(sink = %self.name, txn = %describe(id), error = %e, "part upload failed; will retry at pre-commit");
                 }
             }
         }
         outcomes
     }
 
-    /// Upload the buffer of `epoch` as its next part (starting the upload if needed).
-    async fn flush(&self, epoch: u64, upload: &mut EpochUpload) -> Result<(), SinkError> {
-        let key = self.object_key(epoch);
+    /// Upload the buffer of `id` as its next part (starting the upload if needed).
+    async fn flush(&self, id: TxnId, upload: &mut EpochUpload) -> Result<(), SinkError> {
+        let key = self.object_key(&self.own_key(id));
         let upload_id = match &upload.upload_id {
-            Some(id) => id.clone(),
+            Some(upload_id) => upload_id.clone(),
             None => {
                 let created = self
                     .retrying("CreateMultipartUpload", || {
@@ -279,9 +346,9 @@ impl S3Sink {
                             .send()
                     })
                     .await?;
-                let id =
+                let upload_id =
                     created.upload_id().ok_or_else(|| self.error("CreateMultipartUpload: no upload id"))?;
-                upload.upload_id.insert(id.to_owned()).clone()
+                upload.upload_id.insert(upload_id.to_owned()).clone()
             }
         };
         let part_number = i32::try_from(upload.parts.len() + 1).map_err(|_| self.error("too many parts"))?;
@@ -309,6 +376,145 @@ impl S3Sink {
                 Err(e)
             }
         }
+    }
+
+    async fn pre_commit_key(&self, key: &EpochKey) -> Result<(), SinkError> {
+        if key.pod != self.reader {
+            return Err(self.error(format!(
+                "cannot pre-commit {}: this process stages only records tagged by {}",
+                describe_key(key),
+                self.reader
+            )));
+        }
+        let id = (key.incarnation.0, key.epoch);
+        let mut txns = self.txns.lock().await;
+        if !txns.by_id.contains_key(&id) && txns.refusal(id).is_some() {
+            // Finished so long ago that whether it committed is forgotten: do not guess.
+            return Err(self.error(format!("{} is already finished", describe(id))));
+        }
+        // With nothing buffered the entry is created sealed: the key had no records for this
+        // sink, and a record arriving after the ack must not start its transaction afresh.
+        let upload = txns.by_id.entry(id).or_default();
+        match upload.finished {
+            Some(Finished::Committed) => return Ok(()),
+            Some(Finished::Aborted) => return Err(self.error(format!("{} was aborted", describe(id)))),
+            None => {}
+        }
+        if !upload.buffer.is_empty() {
+            self.flush(id, upload).await?;
+        }
+        upload.sealed = true;
+        Ok(())
+    }
+
+    async fn commit_key(&self, key: &EpochKey) -> Result<(), SinkError> {
+        let id = (key.incarnation.0, key.epoch);
+        let own_pod = key.pod == self.reader;
+        let mut txns = self.txns.lock().await;
+        if let Some(upload) = txns.by_id.get_mut(&id).filter(|_| own_pod) {
+            match upload.finished {
+                Some(Finished::Committed) => return Ok(()),
+                Some(Finished::Aborted) => return Err(self.error(format!("{} was aborted", describe(id)))),
+                None => {}
+            }
+            if !upload.buffer.is_empty() {
+                self.flush(id, upload).await?;
+            }
+            if let Some(upload_id) = upload.upload_id.clone() {
+                self.complete(&self.object_key(key), &upload_id, upload.parts.clone()).await?;
+                match self.pending_uploads(&key.pod, key.epoch).await {
+                    Ok(pending) => self.abort_other_incarnations(key, &pending).await,
+                    Err(e) => tracing::warn!(sink = %self.name, error = %e, "listing stale uploads failed"),
+                }
+            }
+        } else {
+            if !own_pod {
+                // Another pod's key: this process has no state of it to keep consistent.
+                drop(txns);
+                return self.commit_listed(key).await;
+            }
+            self.commit_listed(key).await?;
+        }
+        txns.finish(id, Finished::Committed);
+        Ok(())
+    }
+
+    /// Commit `key` from what S3 holds: complete its pending upload (parts from `ListParts`).
+    async fn commit_listed(&self, key: &EpochKey) -> Result<(), SinkError> {
+        let object = self.object_key(key);
+        let pending = self.pending_uploads(&key.pod, key.epoch).await?;
+        let mut staged = Vec::new();
+        for (_, upload_id) in pending.iter().filter(|(k, _)| *k == object) {
+            let parts = self.listed_parts(&object, upload_id).await?;
+            if parts.is_empty() {
+                // An orphan: completing it would fail, or replace the real output with nothing.
+                self.abort_upload(&object, upload_id).await?;
+            } else {
+                staged.push((upload_id, parts));
+            }
+        }
+        if staged.len() > 1 {
+            // One process stages a key once; two staged uploads mean two sinks share a bucket and
+            // prefix. The newest (completed last) wins, as if one of them had overwritten the other.
+            tracing::warn!(sink = %self.name, key = %object, uploads = staged.len(), "several staged uploads for one key");
+        }
+        for (upload_id, parts) in staged {
+            self.complete(&object, upload_id, parts).await?;
+        }
+        if key.pod == self.reader {
+            self.abort_other_incarnations(key, &pending).await;
+        }
+        Ok(())
+    }
+
+    /// On the commit of `key` (of this sink's pod): abort the pod's uploads of the same epoch
+    /// number by other incarnations. Each was aborted by the protocol (module docs, "Stale
+    /// uploads"); nothing else would reclaim those of an incarnation that died. Best effort: the
+    /// commit succeeded already, and a failure here only leaves garbage, not wrong output.
+    async fn abort_other_incarnations(&self, key: &EpochKey, pending: &[(String, String)]) {
+        let object = self.object_key(key);
+        for (stale_key, stale_id) in pending.iter().filter(|(k, _)| *k != object) {
+            tracing::info!(sink = %self.name, committed = %object, stale = %stale_key, "aborting another incarnation's upload of a committed epoch number");
+            if let Err(e) = self.abort_upload(stale_key, stale_id).await {
+                tracing::warn!(sink = %self.name, stale = %stale_key, error = %e, "aborting a stale upload failed");
+            }
+        }
+    }
+
+    async fn abort_key(&self, key: &EpochKey) -> Result<(), SinkError> {
+        let id = (key.incarnation.0, key.epoch);
+        let own_pod = key.pod == self.reader;
+        let object = self.object_key(key);
+        // Held throughout for the own pod, so no record joins the transaction while it is aborted.
+        let mut txns = self.txns.lock().await;
+        let local = if own_pod { txns.by_id.get(&id) } else { None };
+        let committed = || self.error(format!("{} is committed; it cannot be aborted", describe_key(key)));
+        match local.and_then(|u| u.finished) {
+            Some(Finished::Committed) => return Err(committed()),
+            Some(Finished::Aborted) => {}
+            // Not known here as finished: the object exists only if someone committed the key.
+            None if self.exists(&object).await? => {
+                if own_pod {
+                    txns.finish(id, Finished::Committed);
+                }
+                return Err(committed());
+            }
+            None => {}
+        }
+        if own_pod {
+            let local_id = txns.by_id.get(&id).and_then(|u| u.upload_id.clone());
+            txns.finish(id, Finished::Aborted);
+            if let Some(upload_id) = local_id {
+                self.abort_upload(&object, &upload_id).await?;
+            }
+        } else {
+            drop(txns);
+        }
+        let pending = self.pending_uploads(&key.pod, key.epoch).await?;
+        for (_, upload_id) in pending.iter().filter(|(k, _)| *k == object) {
+            self.abort_upload(&object, upload_id).await?;
+        }
+        Ok(())
     }
 
     async fn complete(
@@ -358,12 +564,13 @@ impl S3Sink {
         }
     }
 
-    /// `(key, upload id)` of the uploads pending under a reader's epoch, oldest first.
-    async fn pending_uploads(&self, reader: &str, epoch: u64) -> Result<Vec<(String, String)>, SinkError> {
-        let prefix = epoch_prefix(&self.prefix, reader, epoch);
+    /// `(key, upload id)` of the uploads pending under a pod's epoch number (all incarnations),
+    /// oldest first.
+    async fn pending_uploads(&self, pod: &str, epoch: u64) -> Result<Vec<(String, String)>, SinkError> {
+        let prefix = epoch_prefix(&self.prefix, pod, epoch);
         let mut found = Vec::new();
         let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
-        // Bounded: an epoch of one reader has a handful of incarnations at most.
+        // Bounded: an epoch number of one pod has a handful of incarnations at most.
         for _page in 0..100 {
             let page = self
                 .retrying("ListMultipartUploads", || {
@@ -480,70 +687,19 @@ impl Sink for S3Sink {
         Some(self.stats.clone())
     }
 
-    fn pre_commit(&self, epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
-        Box::pin(async move {
-            let mut epochs = self.epochs.lock().await;
-            let Some(upload) = epochs.get_mut(&epoch) else { return Ok(()) };
-            match upload.finished {
-                Some(Finished::Committed) => return Ok(()),
-                Some(Finished::Aborted) => return Err(self.error(format!("epoch {epoch} was aborted"))),
-                None => {}
-            }
-            if !upload.buffer.is_empty() {
-                self.flush(epoch, upload).await?;
-            }
-            upload.sealed = true;
-            Ok(())
-        })
+    fn pre_commit(&self, key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
+        let key = key.clone();
+        Box::pin(async move { self.pre_commit_key(&key).await })
     }
 
-    fn commit(&self, epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
-        Box::pin(async move {
-            let mut epochs = self.epochs.lock().await;
-            let Some(upload) = epochs.get_mut(&epoch) else {
-                drop(epochs);
-                return self.commit_for(&self.reader, epoch).await;
-            };
-            match upload.finished {
-                Some(Finished::Committed) => return Ok(()),
-                Some(Finished::Aborted) => return Err(self.error(format!("epoch {epoch} was aborted"))),
-                None => {}
-            }
-            if !upload.buffer.is_empty() {
-                self.flush(epoch, upload).await?;
-            }
-            if let Some(upload_id) = upload.upload_id.clone() {
-                let key = self.object_key(epoch);
-                self.complete(&key, &upload_id, upload.parts.clone()).await?;
-                // Uploads of earlier incarnations under this epoch never acked it.
-                for (stale_key, stale_id) in self.pending_uploads(&self.reader, epoch).await? {
-                    self.abort_upload(&stale_key, &stale_id).await?;
-                }
-            }
-            epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
-            prune(&mut epochs);
-            Ok(())
-        })
+    fn commit(&self, key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
+        let key = key.clone();
+        Box::pin(async move { self.commit_key(&key).await })
     }
 
-    fn abort(&self, epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
-        Box::pin(async move {
-            let mut epochs = self.epochs.lock().await;
-            let previous = epochs.insert(epoch, EpochUpload::finished(Finished::Aborted));
-            prune(&mut epochs);
-            match previous {
-                Some(EpochUpload { finished: Some(Finished::Committed), .. }) => {
-                    epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
-                    return Err(self.error(format!("epoch {epoch} is committed; it cannot be aborted")));
-                }
-                Some(EpochUpload { upload_id: Some(upload_id), finished: None, .. }) => {
-                    self.abort_upload(&self.object_key(epoch), &upload_id).await?;
-                }
-                _ => {}
-            }
-            drop(epochs);
-            self.abort_for(&self.reader, epoch).await
-        })
+    fn abort(&self, key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
+        let key = key.clone();
+        Box::pin(async move { self.abort_key(&key).await })
     }
 }
 
@@ -552,15 +708,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pruning_keeps_open_epochs_and_the_newest_finished() {
-        let mut epochs = BTreeMap::new();
-        for epoch in 1..=100 {
-            epochs.insert(epoch, EpochUpload::finished(Finished::Committed));
+    fn pruning_keeps_open_transactions_and_the_newest_finished() {
+        let mut txns = Txns::default();
+        let (inc, other) = (7, 9);
+        txns.by_id.insert((inc, 3), EpochUpload::default());
+        for epoch in (1..=100).filter(|e| *e != 3) {
+            txns.finish((inc, epoch), Finished::Committed);
         }
-        epochs.insert(3, EpochUpload::default());
-        prune(&mut epochs);
-        assert!(epochs.contains_key(&3), "an open epoch is never forgotten");
-        assert_eq!(epochs.len(), REMEMBERED_EPOCHS + 1);
-        assert!(epochs.contains_key(&100) && !epochs.contains_key(&36) && epochs.contains_key(&37));
+        // Finished last, though its id sorts first: forgetting goes by finishing order.
+        txns.finish((other, 1), Finished::Aborted);
+        assert!(txns.by_id.contains_key(&(inc, 3)), "an open transaction is never forgotten");
+        assert_eq!(txns.by_id.len(), REMEMBERED_TXNS + 1);
+        assert!(txns.by_id.contains_key(&(other, 1)) && txns.by_id.contains_key(&(inc, 100)));
+        assert!(!txns.by_id.contains_key(&(inc, 37)) && txns.by_id.contains_key(&(inc, 38)));
+        assert_eq!(txns.forgotten.get(&inc), Some(&37));
+        assert!(txns.refusal((inc, 20)).unwrap().contains("already finished"), "forgotten, still refused");
+        assert!(txns.refusal((inc, 3)).is_none(), "open");
+        assert!(txns.refusal((inc, 101)).is_none(), "new");
+        assert!(txns.refusal((other, 2)).is_none(), "another incarnation's new epoch");
+        assert!(txns.refusal((other, 1)).unwrap().contains("aborted"));
     }
 }

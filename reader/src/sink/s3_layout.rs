@@ -1,12 +1,16 @@
 //! Where the `s3` sink puts an epoch's output, and what one line of it holds.
 //!
-//! Why a layout of its own: the key is part of the exactly-once protocol, not a detail. An
-//! epoch's output lives under `<prefix>/<reader>/epoch-<E>/`, so the sink (or whoever finishes a
-//! dead reader's epoch) can find that epoch's pending uploads by listing one prefix; the object
-//! name carries an incarnation (the process that wrote it) so a restarted reader with the same
-//! identity never writes over, or completes by mistake, what an earlier process left behind.
-//! Epochs are zero-padded so a listing sorts them in order. Under atLeastOnce (epoch 0) there is
-//! no transaction: each `deliver` writes `<prefix>/<reader>/direct/<incarnation>-<seq>.jsonl`.
+//! Why a layout of its own: the key is part of the exactly-once protocol, not a detail. The output
+//! of an `EpochKey` (pod, incarnation, epoch) is `<prefix>/<pod>/epoch-<E>/<incarnation>.jsonl`,
+//! where the incarnation is the reader's `Incarnation` (16 hex digits, new for every start and
+//! every rejoin) that tagged the records. The key can be computed from the `EpochKey` alone, so any
+//! reader of the source can finish another's committed key; all incarnations of one pod's epoch
+//! number share one listing prefix, so that finishing a key finds its pending upload by listing
+//! one prefix; and the incarnation in the name keeps a rejoined or restarted pod, which reuses
+//! epoch numbers, from ever writing over, or completing by mistake, what an earlier incarnation
+//! left behind. Epochs are zero-padded so a listing sorts them in order. Under atLeastOnce (epoch
+//! 0) there is no transaction and no reader incarnation: each `deliver` writes
+//! `<prefix>/<reader>/direct/<incarnation>-<seq>.jsonl` with the sink's own random incarnation.
 //!
 //! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
 //! `groupId`, `attributes` (message attributes) and `body` (the body as text).
@@ -15,7 +19,7 @@ use serde_json::json;
 
 use crate::record::Record;
 
-/// `<prefix>/<reader>/epoch-<E>/`, the listing prefix of one reader's epoch.
+/// `<prefix>/<pod>/epoch-<E>/`, the listing prefix of one pod's epoch number (all incarnations).
 pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
     let prefix = prefix.trim_matches('/');
     if prefix.is_empty() {
@@ -25,7 +29,7 @@ pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
     }
 }
 
-/// The object one incarnation of a reader writes for one epoch.
+/// The object of one epoch key: `incarnation` is the reader's `Incarnation` as text.
 pub fn object_key(prefix: &str, reader: &str, epoch: u64, incarnation: &str) -> String {
     format!("{}{incarnation}.jsonl", epoch_prefix(prefix, reader, epoch))
 }
@@ -37,7 +41,8 @@ pub fn direct_key(prefix: &str, reader: &str, incarnation: &str, seq: u64) -> St
     if prefix.is_empty() { path } else { format!("{prefix}/{path}") }
 }
 
-/// A fresh incarnation id: hex milliseconds (so incarnations sort by start time) and randomness.
+/// A fresh id for the at-least-once objects of one sink instance: hex milliseconds (so they sort
+/// by start time) and randomness.
 pub fn new_incarnation(now_ms: u64) -> String {
     format!("{now_ms:012x}-{:08x}", fastrand::u32(..))
 }

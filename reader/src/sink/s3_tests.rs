@@ -1,12 +1,14 @@
-//! The s3 sink's epoch transaction against LocalStack S3: nothing is visible before `commit`,
-//! everything exactly once after it, nothing at all after `abort`; a new process can finish an
-//! acked epoch; a stale incarnation's upload never becomes output.
+//! The s3 sink's transaction per `EpochKey` against LocalStack S3: nothing is visible before
+//! `commit`, everything exactly once after it, nothing at all after `abort`; two incarnations of a
+//! pod that tag the same epoch number stay apart; any process can finish a pre-committed key, and
+//! never completes another incarnation's upload; a late record is released, not dead-lettered.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aws_sdk_s3::Client;
 use bytes::Bytes;
+use sluice_crds::checkpoint::{EpochKey, Incarnation};
 use sluice_crds::{RetrySpec, S3SinkSpec};
 
 use super::aws_testing::{localstack, unique};
@@ -17,6 +19,10 @@ use super::{EpochSupport, Outcome, Sink};
 use crate::record::Record;
 
 const READER: &str = "reader-0";
+const OTHER_READER: &str = "reader-1";
+/// The incarnations of `READER` in these tests (a process, or a rejoin after a fence, each).
+const INC_A: u64 = 0xa1;
+const INC_B: u64 = 0xb2;
 
 struct Bucket {
     client: Client,
@@ -32,12 +38,18 @@ impl Bucket {
         Self { client, name }
     }
 
+    /// A sink of a new process of pod `READER`.
     fn sink(&self, aws: &aws_config::SdkConfig) -> S3Sink {
+        self.sink_of(aws, READER)
+    }
+
+    /// A sink of a new process of pod `reader`.
+    fn sink_of(&self, aws: &aws_config::SdkConfig, reader: &str) -> S3Sink {
         let spec =
             S3SinkSpec { bucket: self.name.clone(), prefix: "out/".into(), endpoint: None, region: None };
         let retry =
             RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
-        S3Sink::new("archive", &spec, aws, READER, RetryPolicy::from_spec(&retry)).unwrap()
+        S3Sink::new("archive", &spec, aws, reader, RetryPolicy::from_spec(&retry)).unwrap()
     }
 
     /// Visible objects: key to the message ids of its lines.
@@ -69,14 +81,24 @@ impl Bucket {
     }
 }
 
-fn records(epoch: u64, ids: &[&str]) -> Vec<Arc<Record>> {
+fn key(pod: &str, incarnation: u64, epoch: u64) -> EpochKey {
+    EpochKey { pod: pod.to_owned(), incarnation: Incarnation(incarnation), epoch }
+}
+
+/// Records tagged by `incarnation` with `epoch` (both 0 under at-least-once).
+fn records(incarnation: u64, epoch: u64, ids: &[&str]) -> Vec<Arc<Record>> {
     ids.iter()
         .map(|id| {
             let mut r = record(id);
             r.epoch = epoch;
+            r.incarnation = incarnation;
             Arc::new(r)
         })
         .collect()
+}
+
+fn ids(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
 }
 
 #[tokio::test]
@@ -84,30 +106,31 @@ async fn an_epoch_becomes_visible_on_commit_exactly_once() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let sink = bucket.sink(&aws);
+    let k = key(READER, INC_A, 1);
     assert_eq!(sink.epoch_support(), EpochSupport::Transactional);
-    assert_eq!(sink.deliver(&records(1, &["a", "b"])).await, vec![Outcome::Delivered; 2]);
-    assert_eq!(sink.deliver(&records(1, &["c"])).await, vec![Outcome::Delivered]);
-    sink.pre_commit(1).await.unwrap();
+    assert_eq!(sink.deliver(&records(INC_A, 1, &["a", "b"])).await, vec![Outcome::Delivered; 2]);
+    assert_eq!(sink.deliver(&records(INC_A, 1, &["c"])).await, vec![Outcome::Delivered]);
+    sink.pre_commit(&k).await.unwrap();
     assert!(bucket.objects().await.is_empty(), "pre-committed output is invisible");
     assert_eq!(bucket.pending_uploads().await, 1);
-    let late = sink.deliver(&records(1, &["late"])).await;
+    let late = sink.deliver(&records(INC_A, 1, &["late"])).await;
     assert!(
-        matches!(&late[..], [Outcome::Failed { .. }]),
-        "a pre-committed epoch takes no records: {late:?}"
+        matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("pre-committed")),
+        "a pre-committed key takes no records: {late:?}"
     );
 
-    sink.commit(1).await.unwrap();
-    sink.commit(1).await.unwrap();
+    sink.commit(&k).await.unwrap();
+    sink.commit(&k).await.unwrap();
     let objects = bucket.objects().await;
     assert_eq!(objects.len(), 1, "{objects:?}");
-    let (key, ids) = objects.iter().next().unwrap();
-    assert_eq!(key, &sink.object_key(1));
-    assert!(key.starts_with("out/reader-0/epoch-00000000000000000001/"), "{key}");
-    assert_eq!(ids, &["a", "b", "c"]);
+    let (object, ids_seen) = objects.iter().next().unwrap();
+    assert_eq!(object, &sink.object_key(&k));
+    assert_eq!(object, "out/reader-0/epoch-00000000000000000001/00000000000000a1.jsonl");
+    assert_eq!(ids_seen, &ids(&["a", "b", "c"]));
     assert_eq!(bucket.pending_uploads().await, 0);
-    let late = sink.deliver(&records(1, &["later"])).await;
+    let late = sink.deliver(&records(INC_A, 1, &["later"])).await;
     assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("committed")), "{late:?}");
-    assert!(sink.abort(1).await.is_err(), "a committed epoch cannot be aborted");
+    assert!(sink.abort(&k).await.is_err(), "a committed key cannot be aborted");
     assert_eq!(bucket.objects().await.len(), 1);
 }
 
@@ -116,25 +139,58 @@ async fn an_aborted_epoch_leaves_nothing() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let sink = bucket.sink(&aws);
-    sink.deliver(&records(2, &["x", "y"])).await;
-    sink.pre_commit(2).await.unwrap();
-    sink.abort(2).await.unwrap();
-    sink.abort(2).await.unwrap();
-    assert!(sink.commit(2).await.unwrap_err().message.contains("aborted"));
-    let late = sink.deliver(&records(2, &["z"])).await;
+    let k = key(READER, INC_A, 2);
+    sink.deliver(&records(INC_A, 2, &["x", "y"])).await;
+    sink.pre_commit(&k).await.unwrap();
+    sink.abort(&k).await.unwrap();
+    sink.abort(&k).await.unwrap();
+    assert!(sink.commit(&k).await.unwrap_err().message.contains("aborted"));
+    assert!(sink.pre_commit(&k).await.unwrap_err().message.contains("aborted"));
+    let late = sink.deliver(&records(INC_A, 2, &["z"])).await;
     assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("aborted")), "{late:?}");
     assert!(bucket.objects().await.is_empty());
     assert_eq!(bucket.pending_uploads().await, 0);
 }
 
 #[tokio::test]
-async fn an_empty_epoch_commits_to_nothing() {
+async fn a_key_with_nothing_staged_commits_to_nothing() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let sink = bucket.sink(&aws);
-    sink.pre_commit(5).await.unwrap();
-    sink.commit(5).await.unwrap();
+    let other = bucket.sink_of(&aws, OTHER_READER);
+    let k = key(READER, INC_A, 5);
+    sink.pre_commit(&k).await.unwrap();
+    sink.commit(&k).await.unwrap();
+    other.commit(&k).await.unwrap();
+    // Never seen by anyone: nothing pending, no object, still success.
+    sink.commit(&key(READER, INC_B, 8)).await.unwrap();
+    other.commit(&key(READER, INC_B, 8)).await.unwrap();
     assert!(bucket.objects().await.is_empty());
+    assert_eq!(bucket.pending_uploads().await, 0);
+    let err = sink.pre_commit(&key(OTHER_READER, INC_A, 5)).await.unwrap_err();
+    assert!(err.message.contains("reader-0"), "only own records are staged here: {err}");
+}
+
+#[tokio::test]
+async fn a_late_record_is_released_not_dead_lettered() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let sink = bucket.sink(&aws);
+    // Sealed with nothing buffered: the key had no records for this sink, and keeps it that way.
+    sink.pre_commit(&key(READER, INC_A, 3)).await.unwrap();
+    let late = sink.deliver(&records(INC_A, 3, &["late"])).await;
+    assert!(
+        matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("pre-committed")),
+        "Failed releases the message for redelivery; Rejected would dead-letter it: {late:?}"
+    );
+    // Only that key is sealed: the same epoch number under another incarnation, and the next
+    // epoch, take records.
+    let taken = [records(INC_B, 3, &["b3"]), records(INC_A, 4, &["a4"]), records(INC_A, 3, &["a3"])].concat();
+    let outcomes = sink.deliver(&taken).await;
+    assert_eq!(outcomes[..2], [Outcome::Delivered, Outcome::Delivered], "{outcomes:?}");
+    assert!(matches!(&outcomes[2], Outcome::Failed { .. }), "{outcomes:?}");
+    sink.commit(&key(READER, INC_A, 3)).await.unwrap();
+    assert!(bucket.objects().await.is_empty(), "the late record is not in the output");
 }
 
 #[tokio::test]
@@ -142,13 +198,14 @@ async fn a_large_epoch_is_uploaded_in_parts() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let sink = bucket.sink(&aws).with_part_bytes(MIN_PART_BYTES);
+    let k = key(READER, INC_A, 3);
     let ids: Vec<String> = (0..70).map(|i| format!("big-{i:02}")).collect();
     for chunk in ids.chunks(10) {
         let batch: Vec<_> = chunk
             .iter()
             .map(|id| {
                 let mut r = record(id);
-                r.epoch = 3;
+                (r.epoch, r.incarnation) = (3, INC_A);
                 r.body = Bytes::from(vec![b'x'; 100 * 1024]);
                 Arc::new(r)
             })
@@ -157,43 +214,118 @@ async fn a_large_epoch_is_uploaded_in_parts() {
     }
     assert!(sink.stats().unwrap().requests() >= 2, "a part went up before pre-commit");
     assert!(bucket.objects().await.is_empty());
-    sink.pre_commit(3).await.unwrap();
-    sink.commit(3).await.unwrap();
+    sink.pre_commit(&k).await.unwrap();
+    // Completed from the listing by another process: all parts, in order.
+    bucket.sink_of(&aws, OTHER_READER).commit(&k).await.unwrap();
     let objects = bucket.objects().await;
-    assert_eq!(objects.values().next().unwrap(), &ids);
+    assert_eq!(objects.get(&sink.object_key(&k)), Some(&ids));
+    sink.commit(&k).await.unwrap();
+    assert_eq!(bucket.objects().await, objects);
 }
 
 #[tokio::test]
-async fn a_restarted_reader_finishes_an_acked_epoch() {
+async fn another_process_commits_a_pre_committed_key() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let owner = bucket.sink(&aws);
+    let k = key(READER, INC_A, 4);
+    owner.deliver(&records(INC_A, 4, &["p", "q"])).await;
+    owner.pre_commit(&k).await.unwrap();
+    // A reader of another pod finishing the key (it received a redelivered committed message).
+    let other = bucket.sink_of(&aws, OTHER_READER);
+    other.commit(&k).await.unwrap();
+    let expected = BTreeMap::from([(owner.object_key(&k), ids(&["p", "q"]))]);
+    assert_eq!(bucket.objects().await, expected);
+    assert_eq!(bucket.pending_uploads().await, 0);
+    // Idempotent, from either side: the owner's own complete finds the object already there.
+    other.commit(&k).await.unwrap();
+    owner.commit(&k).await.unwrap();
+    owner.commit(&k).await.unwrap();
+    assert_eq!(bucket.objects().await, expected);
+    assert!(other.abort(&k).await.unwrap_err().message.contains("committed"));
+    assert!(bucket.sink(&aws).abort(&k).await.unwrap_err().message.contains("committed"));
+    assert_eq!(bucket.objects().await, expected);
+}
+
+#[tokio::test]
+async fn a_restarted_reader_finishes_its_previous_incarnations_key() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let crashed = bucket.sink(&aws);
-    crashed.deliver(&records(4, &["p", "q"])).await;
-    crashed.pre_commit(4).await.unwrap();
+    crashed.deliver(&records(INC_A, 4, &["p", "q"])).await;
+    crashed.pre_commit(&key(READER, INC_A, 4)).await.unwrap();
     drop(crashed);
-    // A new process: same reader identity, no memory of epoch 4.
+    // A new process of the same pod, with a new incarnation and no memory of the old one's key.
     let restarted = bucket.sink(&aws);
-    restarted.commit(4).await.unwrap();
+    restarted.deliver(&records(INC_B, 9, &["n"])).await;
+    restarted.commit(&key(READER, INC_A, 4)).await.unwrap();
     let objects = bucket.objects().await;
-    assert_eq!(objects.values().collect::<Vec<_>>(), vec![&vec!["p".to_string(), "q".to_string()]]);
-    assert_eq!(bucket.pending_uploads().await, 0);
+    let expected = BTreeMap::from([(restarted.object_key(&key(READER, INC_A, 4)), ids(&["p", "q"]))]);
+    assert_eq!(objects, expected);
+    assert_eq!(bucket.pending_uploads().await, 0, "epoch 9 is still only buffered");
+    restarted.pre_commit(&key(READER, INC_B, 9)).await.unwrap();
+    restarted.commit(&key(READER, INC_B, 9)).await.unwrap();
+    assert_eq!(bucket.objects().await.len(), 2);
 }
 
 #[tokio::test]
-async fn a_stale_incarnations_upload_never_becomes_output() {
+async fn two_incarnations_of_a_pod_never_share_an_epoch_transaction() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
+    // One process that was fenced as INC_A and rejoined as INC_B: both tagged epoch 6.
+    let sink = bucket.sink(&aws);
+    let (old, new) = (key(READER, INC_A, 6), key(READER, INC_B, 6));
+    let mixed = [records(INC_A, 6, &["old-1"]), records(INC_B, 6, &["new-1"]), records(INC_A, 6, &["old-2"])];
+    assert_eq!(sink.deliver(&mixed.concat()).await, vec![Outcome::Delivered; 3]);
+    sink.pre_commit(&old).await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 1, "pre-commit of one incarnation stages only its records");
+    assert_eq!(sink.deliver(&records(INC_B, 6, &["new-2"])).await, vec![Outcome::Delivered]);
+    sink.pre_commit(&new).await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 2);
+    assert_ne!(sink.object_key(&old), sink.object_key(&new));
+
+    sink.abort(&old).await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 1, "aborting one incarnation leaves the other's upload");
+    let late = sink.deliver(&records(INC_A, 6, &["old-3"])).await;
+    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("aborted")), "{late:?}");
+    sink.commit(&new).await.unwrap();
+    let expected = BTreeMap::from([(sink.object_key(&new), ids(&["new-1", "new-2"]))]);
+    assert_eq!(bucket.objects().await, expected);
+    assert_eq!(bucket.pending_uploads().await, 0);
+    assert!(sink.commit(&old).await.unwrap_err().message.contains("aborted"));
+}
+
+#[tokio::test]
+async fn a_commit_never_completes_another_incarnations_upload() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    // A fenced incarnation (a zombie process) staged epoch 6; its successor tagged epoch 6 too.
     let zombie = bucket.sink(&aws);
-    zombie.deliver(&records(6, &["old"])).await;
-    zombie.pre_commit(6).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    zombie.deliver(&records(INC_A, 6, &["old"])).await;
+    zombie.pre_commit(&key(READER, INC_A, 6)).await.unwrap();
+    let (committed, empty) = (key(READER, INC_B, 6), key(READER, INC_B, 7));
+
+    // Another pod finishing a key with nothing staged leaves other incarnations' uploads alone.
+    bucket.sink_of(&aws, OTHER_READER).commit(&committed).await.unwrap();
+    assert!(bucket.objects().await.is_empty());
+    assert_eq!(bucket.pending_uploads().await, 1);
+
     let current = bucket.sink(&aws);
-    current.deliver(&records(6, &["new"])).await;
-    current.pre_commit(6).await.unwrap();
-    current.commit(6).await.unwrap();
-    let objects = bucket.objects().await;
-    assert_eq!(objects.values().collect::<Vec<_>>(), vec![&vec!["new".to_string()]]);
-    assert_eq!(bucket.pending_uploads().await, 0, "the zombie's upload was aborted");
+    current.deliver(&records(INC_B, 6, &["new"])).await;
+    current.pre_commit(&committed).await.unwrap();
+    current.pre_commit(&empty).await.unwrap();
+    current.commit(&empty).await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 2, "epoch 7 says nothing about uploads of epoch 6");
+    current.commit(&committed).await.unwrap();
+    let expected = BTreeMap::from([(current.object_key(&committed), ids(&["new"]))]);
+    assert_eq!(bucket.objects().await, expected);
+    assert_eq!(
+        bucket.pending_uploads().await,
+        0,
+        "the own pod's commit aborted the stale incarnation's upload"
+    );
+    assert!(zombie.commit(&key(READER, INC_A, 6)).await.is_err(), "the zombie's epoch 6 is gone");
+    assert_eq!(bucket.objects().await, expected);
 }
 
 #[tokio::test]
@@ -201,8 +333,8 @@ async fn at_least_once_records_are_visible_when_delivered() {
     let aws = localstack().await;
     let bucket = Bucket::new(&aws).await;
     let sink = bucket.sink(&aws);
-    assert_eq!(sink.deliver(&records(0, &["m1", "m2"])).await, vec![Outcome::Delivered; 2]);
-    let mixed = [records(0, &["m3"]), records(7, &["e1"])].concat();
+    assert_eq!(sink.deliver(&records(0, 0, &["m1", "m2"])).await, vec![Outcome::Delivered; 2]);
+    let mixed = [records(0, 0, &["m3"]), records(INC_A, 7, &["e1"])].concat();
     assert_eq!(sink.deliver(&mixed).await, vec![Outcome::Delivered; 2]);
     let objects = bucket.objects().await;
     let keys: Vec<_> = objects.keys().map(String::as_str).collect();
@@ -210,4 +342,49 @@ async fn at_least_once_records_are_visible_when_delivered() {
     assert!(keys.iter().all(|k| k.starts_with("out/reader-0/direct/")), "{keys:?}");
     let ids: Vec<_> = objects.values().flatten().map(String::as_str).collect();
     assert_eq!(ids, ["m1", "m2", "m3"], "epoch 7 waits for its commit");
+}
+
+#[tokio::test]
+async fn an_upload_of_the_key_without_parts_is_aborted_never_completed() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let owner = bucket.sink(&aws);
+    let k = key(READER, INC_A, 11);
+    let object = owner.object_key(&k);
+    // What a CreateMultipartUpload whose answer was lost leaves: an upload of the key, no parts.
+    let orphan = || bucket.client.create_multipart_upload().bucket(&bucket.name).key(&object).send();
+    orphan().await.unwrap();
+    owner.deliver(&records(INC_A, 11, &["r"])).await;
+    owner.pre_commit(&k).await.unwrap();
+    orphan().await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 3);
+    let other = bucket.sink_of(&aws, OTHER_READER);
+    other.commit(&k).await.unwrap();
+    let expected = BTreeMap::from([(object.clone(), ids(&["r"]))]);
+    assert_eq!(bucket.objects().await, expected);
+    assert_eq!(bucket.pending_uploads().await, 0);
+    // One appearing after the commit must not replace the output with nothing either.
+    orphan().await.unwrap();
+    other.commit(&k).await.unwrap();
+    assert_eq!(bucket.objects().await, expected);
+    assert_eq!(bucket.pending_uploads().await, 0);
+}
+
+#[tokio::test]
+async fn another_process_aborts_a_staged_key() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let owner = bucket.sink(&aws);
+    let (k, kept) = (key(READER, INC_A, 12), key(READER, INC_B, 12));
+    owner.deliver(&[records(INC_A, 12, &["gone"]), records(INC_B, 12, &["kept"])].concat()).await;
+    owner.pre_commit(&k).await.unwrap();
+    owner.pre_commit(&kept).await.unwrap();
+    let other = bucket.sink_of(&aws, OTHER_READER);
+    other.abort(&k).await.unwrap();
+    other.abort(&k).await.unwrap();
+    assert_eq!(bucket.pending_uploads().await, 1, "only the exact key's upload is aborted");
+    owner.commit(&kept).await.unwrap();
+    let expected = BTreeMap::from([(owner.object_key(&kept), ids(&["kept"]))]);
+    assert_eq!(bucket.objects().await, expected);
+    assert!(owner.commit(&k).await.is_err(), "its upload is gone and it has no object");
 }
