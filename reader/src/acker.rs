@@ -34,6 +34,8 @@ enum Kind {
 
 enum Command {
     Settle(Kind, Ticket, Receipt),
+    /// Delete now and answer which tickets SQS confirmed (an epoch's commit needs to know).
+    DeleteConfirmed(Vec<(Ticket, Receipt)>, oneshot::Sender<Vec<Ticket>>),
     Close(oneshot::Sender<()>),
 }
 
@@ -62,6 +64,19 @@ impl Acker {
 
     pub fn release(&self, ticket: Ticket, receipt: Receipt) {
         let _ = self.tx.send(Command::Settle(Kind::Release, ticket, receipt));
+    }
+
+    /// Delete these receipts at once (batched by queue, retried like every delete) and answer the
+    /// tickets whose delete SQS confirmed. Empty if the acker is closed.
+    pub async fn delete_confirmed(&self, batch: Vec<(Ticket, Receipt)>) -> Vec<Ticket> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Command::DeleteConfirmed(batch, done)).is_err() {
+            return Vec::new();
+        }
+        wait.await.unwrap_or_default()
     }
 
     /// Send everything pending and wait for every call (retries included) to finish.
@@ -97,6 +112,23 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                         send(&mut calls, &shared, key, full).await;
                     }
                     flush_at = flush_at.or(Some(Instant::now() + LINGER));
+                }
+                Some(Command::DeleteConfirmed(batch, done)) => {
+                    let shared = shared.clone();
+                    calls.spawn(async move {
+                        let mut by_queue: HashMap<usize, Vec<(Ticket, Receipt)>> = HashMap::new();
+                        for (ticket, receipt) in batch {
+                            by_queue.entry(receipt.queue).or_default().push((ticket, receipt));
+                        }
+                        let chunks = by_queue.into_iter().flat_map(|(queue, items)| {
+                            items.chunks(BATCH).map(|c| (queue, c.to_vec())).collect::<Vec<_>>()
+                        });
+                        let confirmed = futures::future::join_all(
+                            chunks.map(|(queue, chunk)| settle_with_retries(&shared, Kind::Delete, queue, chunk)),
+                        )
+                        .await;
+                        let _ = done.send(confirmed.into_iter().flatten().collect());
+                    });
                 }
                 Some(Command::Close(done)) => {
                     flush(&mut calls, &shared, &mut pending).await;
@@ -140,20 +172,30 @@ async fn send(
         calls.join_next().await;
     }
     let shared = shared.clone();
-    calls.spawn(async move { settle_with_retries(&shared, kind, queue, batch).await });
+    calls.spawn(async move {
+        settle_with_retries(&shared, kind, queue, batch).await;
+    });
 }
 
-async fn settle_with_retries(shared: &Shared, kind: Kind, queue: usize, mut batch: Vec<(Ticket, Receipt)>) {
+/// Answers the tickets that succeeded.
+async fn settle_with_retries(
+    shared: &Shared,
+    kind: Kind,
+    queue: usize,
+    mut batch: Vec<(Ticket, Receipt)>,
+) -> Vec<Ticket> {
     let stage = match kind {
         Kind::Delete => "delete",
         Kind::Release => "release",
     };
     let mut delay = Duration::from_millis(100);
+    let mut succeeded = Vec::new();
     for attempt in 1..=ATTEMPTS {
         let failed = call(shared, kind, queue, &batch).await;
         let done: Vec<Ticket> =
             batch.iter().map(|(t, _)| *t).filter(|t| !failed.iter().any(|(f, _)| f == t)).collect();
         finish(shared, kind, &done);
+        succeeded.extend(done);
         let (retry, give_up): (Vec<_>, Vec<_>) = failed.into_iter().partition(|(_, retryable)| *retryable);
         for _ in &give_up {
             shared.metrics.error(stage, "not_retryable");
@@ -161,7 +203,7 @@ async fn settle_with_retries(shared: &Shared, kind: Kind, queue: usize, mut batc
         forget(shared, &give_up.iter().map(|(t, _)| *t).collect::<Vec<_>>());
         batch.retain(|(t, _)| retry.iter().any(|(r, _)| r == t));
         if batch.is_empty() {
-            return;
+            return succeeded;
         }
         if attempt < ATTEMPTS {
             tokio::time::sleep(delay + Duration::from_millis(fastrand::u64(0..50))).await;
@@ -173,6 +215,7 @@ async fn settle_with_retries(shared: &Shared, kind: Kind, queue: usize, mut batc
         shared.metrics.error(stage, "gave_up");
     }
     forget(shared, &batch.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+    succeeded
 }
 
 /// One batch call; returns the tickets that failed and whether each may be retried.

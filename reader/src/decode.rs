@@ -51,6 +51,7 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
         attributes,
         message_attributes,
         epoch,
+        incarnation: 0,
     };
     match format {
         PayloadFormat::Raw => Decoded::Ok(record),

@@ -4,7 +4,7 @@
 //! must not let SQS hand the message to another reader meanwhile; extending when half the
 //! timeout is left leaves the other half for the ChangeMessageVisibilityBatch call to land.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acker::BATCH;
 use crate::aws::error_type;
+use crate::coordination::Driver;
 use crate::ledger::{Ledger, Receipt, Ticket};
 use crate::metrics::Metrics;
 use crate::queues::Queue;
@@ -23,19 +24,61 @@ pub struct Heartbeat {
     pub queues: Vec<Arc<Queue>>,
     pub ledger: Arc<Mutex<Ledger>>,
     pub metrics: Arc<Metrics>,
+    /// Under exactlyOnce: told after each beat until when the held messages are covered (the
+    /// lease must not outlast that) and the figures the autoscaler reads from the lease.
+    pub epochs: Option<Arc<Driver>>,
 }
+
+/// How far back the drain rate reported in the lease looks.
+const DRAIN_WINDOW: Duration = Duration::from_secs(10);
 
 impl Heartbeat {
     /// Beat until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut deletes: VecDeque<(std::time::Instant, u64)> = VecDeque::new();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => self.beat().await,
             }
+            if let Some(driver) = &self.epochs {
+                let now = std::time::Instant::now();
+                deletes.push_back((now, self.metrics.deleted.get()));
+                while deletes.front().is_some_and(|(t, _)| now.duration_since(*t) > DRAIN_WINDOW) {
+                    deletes.pop_front();
+                }
+                self.report(driver, &deletes, now);
+            }
         }
+    }
+
+    /// Coverage and figures for the lease. Coverage: the earliest moment one of our messages
+    /// could become visible to others, in ms since the Unix epoch (`i64::MAX` when we hold none).
+    fn report(
+        &self,
+        driver: &Driver,
+        deletes: &VecDeque<(std::time::Instant, u64)>,
+        now: std::time::Instant,
+    ) {
+        let (covered, in_flight) = {
+            let ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+            (ledger.covered_until(), ledger.len() as u64)
+        };
+        let covered_ms = covered.map_or(i64::MAX, |until| {
+            let ahead = i64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX);
+            crate::coordination::now_ms().saturating_add(ahead)
+        });
+        driver.backend().visibility_covered_until(covered_ms);
+        let drain = match (deletes.front(), deletes.back()) {
+            (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
+                let per_second = (d1 - d0) as f64 / t1.duration_since(*t0).as_secs_f64();
+                (per_second * 1000.0) as u64
+            }
+            _ => 0,
+        };
+        driver.backend().report(drain, in_flight, driver.is_draining());
     }
 
     async fn beat(&self) {

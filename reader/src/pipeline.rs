@@ -9,14 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_crds::PayloadFormat;
+use sluice_crds::checkpoint::Incarnation;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::acker::Acker;
-use crate::dispatch::{Dispatcher, Verdict};
+use crate::coordination::Driver;
+use crate::dispatch::{Dispatcher, Item, Verdict};
 use crate::error::Error;
-use crate::ledger::{Ledger, Ticket};
+use crate::ledger::{Ledger, Tag, Ticket};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::stop::Stop;
@@ -34,6 +36,15 @@ pub struct Pipeline {
     /// Messages in work (received, not yet settled by the sinks) at most.
     pub capacity: Arc<Semaphore>,
     pub deliveries: TaskTracker,
+    /// The checkpoint protocol (exactlyOnce); `None` under atLeastOnce, where there are no epochs.
+    pub epochs: Option<Arc<Driver>>,
+}
+
+/// One received message to admit: id, receipt handle, and its tag.
+pub struct Arrival {
+    pub message_id: String,
+    pub handle: String,
+    pub tag: Tag,
 }
 
 impl Pipeline {
@@ -41,58 +52,83 @@ impl Pipeline {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record received messages in the ledger; returns (ticket, epoch) for each.
-    pub fn admit(
-        &self,
-        queue: usize,
-        messages: &[(String, String)],
-        visibility: Duration,
-    ) -> Vec<(Ticket, u64)> {
+    /// Record received messages in the ledger; returns a ticket for each.
+    pub fn admit(&self, queue: usize, arrivals: &[Arrival], visibility: Duration) -> Vec<Ticket> {
         let now = Instant::now();
         let mut ledger = self.lock_ledger();
-        let admitted: Vec<(Ticket, u64)> = messages
+        let admitted: Vec<Ticket> = arrivals
             .iter()
-            .map(|(id, handle)| {
-                let a = ledger.admit(queue, id, handle.clone(), now, visibility);
-                if a.redelivered {
+            .map(|a| {
+                let admitted = ledger.admit(queue, &a.message_id, a.handle.clone(), a.tag, now, visibility);
+                if admitted.redelivered {
                     self.metrics.duplicates.inc();
                 }
-                (a.ticket, a.epoch)
+                admitted.ticket
             })
             .collect();
         self.metrics.in_flight.set(ledger.len() as i64);
         admitted
     }
 
-    /// Apply one verdict per ticket.
-    pub fn settle(&self, tickets: &[Ticket], verdicts: &[Verdict], message_ids: &[&str]) {
-        let mut ledger = self.lock_ledger();
-        for ((ticket, verdict), id) in tickets.iter().zip(verdicts).zip(message_ids) {
-            match verdict {
-                Verdict::Delete => {
-                    if let Some(receipt) = ledger.acked(*ticket) {
-                        self.acker.delete(*ticket, receipt);
+    /// Apply one verdict per ticket, then tell the checkpoint protocol which tagged messages are
+    /// settled (after the ledger, so an epoch can only close on messages the ledger holds).
+    pub fn settle(&self, tickets: &[Ticket], verdicts: &[Verdict], items: &[Item]) {
+        {
+            let mut ledger = self.lock_ledger();
+            for ((ticket, verdict), item) in tickets.iter().zip(verdicts).zip(items) {
+                match verdict {
+                    Verdict::Delete => {
+                        if let Some(receipt) = ledger.acked(*ticket) {
+                            self.acker.delete(*ticket, receipt);
+                        }
+                    }
+                    Verdict::Release => {
+                        if let Some(receipt) = ledger.release(*ticket) {
+                            self.acker.release(*ticket, receipt);
+                        }
+                    }
+                    Verdict::Stop { reason } => {
+                        if let Some(receipt) = ledger.release(*ticket) {
+                            self.acker.release(*ticket, receipt);
+                        }
+                        let id = &item.record.message_id;
+                        tracing::error!(message_id = %id, %reason, "rejected with failOnError: stopping the reader");
+                        self.stop.fail(Error::FailOnError { message_id: id.clone(), reason: reason.clone() });
                     }
                 }
-                Verdict::Release => {
-                    if let Some(receipt) = ledger.release(*ticket) {
-                        self.acker.release(*ticket, receipt);
-                    }
-                }
-                Verdict::Stop { reason } => {
-                    if let Some(receipt) = ledger.release(*ticket) {
-                        self.acker.release(*ticket, receipt);
-                    }
-                    tracing::error!(message_id = id, %reason, "rejected with failOnError: stopping the reader");
-                    self.stop
-                        .fail(Error::FailOnError { message_id: (*id).to_owned(), reason: reason.clone() });
+            }
+        }
+        if let Some(driver) = &self.epochs {
+            for (verdict, item) in verdicts.iter().zip(items) {
+                let r = &item.record;
+                if r.epoch != 0 {
+                    driver.settled(
+                        Incarnation(r.incarnation),
+                        r.epoch,
+                        &r.message_id,
+                        *verdict == Verdict::Delete,
+                    );
                 }
             }
         }
     }
 
-    /// Release these tickets (received while stopping, or dropped by the limiter wait).
-    pub fn release(&self, tickets: &[Ticket]) {
+    /// Release these tickets (received while stopping, dropped by the limiter wait, a panicking
+    /// sink); tagged ones are settled as not delivered.
+    pub fn release(&self, tickets: &[Ticket], items: &[Item]) {
+        self.release_tickets(tickets);
+        if let Some(driver) = &self.epochs {
+            for item in items {
+                let r = &item.record;
+                if r.epoch != 0 {
+                    driver.settled(Incarnation(r.incarnation), r.epoch, &r.message_id, false);
+                }
+            }
+        }
+    }
+
+    /// Release untagged tickets.
+    pub fn release_tickets(&self, tickets: &[Ticket]) {
         let mut ledger = self.lock_ledger();
         for ticket in tickets {
             if let Some(receipt) = ledger.release(*ticket) {

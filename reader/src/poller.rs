@@ -14,13 +14,19 @@ use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use backon::BackoffBuilder;
 use futures::FutureExt;
+use sluice_crds::checkpoint::LEASE_ID_BUDGET;
 
 use crate::aws::{describe, error_type};
 use crate::decode::{Decoded, decode};
 use crate::dispatch::Item;
-use crate::pipeline::Pipeline;
+use crate::ledger::Tag;
+use crate::pipeline::{Arrival, Pipeline};
 use crate::queues::Queue;
+use crate::redelivery;
 use crate::settings::ReceiveSettings;
+
+/// How often a poller looks again whether the checkpoint protocol lets it receive.
+const EPOCH_WAIT: Duration = Duration::from_millis(100);
 
 /// How long a receive already sent may still take to land once the reader is stopping.
 const RECEIVE_GRACE: Duration = Duration::from_secs(3);
@@ -41,6 +47,9 @@ impl Poller {
         // messages instead of hiding them for a visibility timeout.
         let mut attempt_id: Option<String> = None;
         loop {
+            if !self.wait_until_epochs_admit(&stop).await {
+                break;
+            }
             let permit = tokio::select! {
                 biased;
                 () = stop.stopped() => break,
@@ -90,16 +99,19 @@ impl Poller {
             if let Some(spare) = permit.split((max as usize).saturating_sub(messages.len())) {
                 drop(spare);
             }
-            let (tickets, items) = self.take_in(messages);
+            let (tickets, items) = self.take_in(messages).await;
             if stopping {
-                self.pipeline.release(&tickets);
+                self.pipeline.release(&tickets, &items);
                 break;
+            }
+            if items.is_empty() {
+                continue;
             }
             let bytes: usize = items.iter().map(|i| i.record.size_bytes()).sum();
             tokio::select! {
                 biased;
                 () = stop.stopped() => {
-                    self.pipeline.release(&tickets);
+                    self.pipeline.release(&tickets, &items);
                     break;
                 }
                 () = self.pipeline.limiter.acquire(items.len(), bytes) => {}
@@ -115,13 +127,12 @@ impl Poller {
                     () = pipeline.abort.cancelled() => {}
                     verdicts = dispatch => match verdicts {
                         Ok(verdicts) => {
-                            let ids: Vec<&str> = items.iter().map(|i| i.record.message_id.as_str()).collect();
-                            pipeline.settle(&tickets, &verdicts, &ids);
+                            pipeline.settle(&tickets, &verdicts, &items);
                         }
                         Err(_) => {
                             tracing::error!(messages = tickets.len(), "a sink panicked; releasing its messages");
                             pipeline.metrics.error("deliver", "panic");
-                            pipeline.release(&tickets);
+                            pipeline.release(&tickets, &items);
                         }
                     },
                 }
@@ -160,8 +171,26 @@ impl Poller {
         }
     }
 
-    /// Admit the messages to the ledger and decode them.
-    fn take_in(&self, messages: Vec<Message>) -> (Vec<u64>, Vec<Item>) {
+    /// Under exactlyOnce, wait while the protocol says not to receive (joining, fenced, lease
+    /// lost, or as many ids pending as a lease may record). `false`: stopped meanwhile.
+    async fn wait_until_epochs_admit(&self, stop: &crate::stop::Stop) -> bool {
+        let Some(driver) = &self.pipeline.epochs else { return true };
+        loop {
+            if driver.can_receive()
+                && driver.pending_ids() + self.receive.max_messages as usize <= LEASE_ID_BUDGET
+            {
+                return true;
+            }
+            tokio::select! {
+                () = stop.stopped() => return false,
+                () = tokio::time::sleep(EPOCH_WAIT) => {}
+            }
+        }
+    }
+
+    /// Admit the messages to the ledger and decode them. Under exactlyOnce each message is first
+    /// classified against the leases (see `redelivery`): only fresh ones are tagged and delivered.
+    async fn take_in(&self, messages: Vec<Message>) -> (Vec<u64>, Vec<Item>) {
         let metrics = &self.pipeline.metrics;
         let usable: Vec<Message> = messages
             .into_iter()
@@ -173,30 +202,35 @@ impl Poller {
                 ok
             })
             .collect();
-        let keys: Vec<(String, String)> = usable
+        metrics.received.inc_by(usable.len() as u64);
+        let usable = match &self.pipeline.epochs {
+            None => usable.into_iter().map(|m| (m, Tag::NONE)).collect(),
+            Some(driver) => redelivery::sort(&self.pipeline, driver, &self.queue, usable).await,
+        };
+        let arrivals: Vec<Arrival> = usable
             .iter()
-            .map(|m| {
-                (
-                    m.message_id().unwrap_or_default().to_owned(),
-                    m.receipt_handle().unwrap_or_default().to_owned(),
-                )
+            .map(|(m, tag)| Arrival {
+                message_id: m.message_id().unwrap_or_default().to_owned(),
+                handle: m.receipt_handle().unwrap_or_default().to_owned(),
+                tag: *tag,
             })
             .collect();
-        let admitted = self.pipeline.admit(self.queue.index, &keys, self.queue.visibility);
-        metrics.received.inc_by(admitted.len() as u64);
+        let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let mut tickets = Vec::with_capacity(usable.len());
         let mut items = Vec::with_capacity(usable.len());
-        for (message, (ticket, epoch)) in usable.into_iter().zip(admitted) {
-            let (record, poison) = match decode(message, &self.queue.url, self.pipeline.payload, epoch) {
-                Decoded::Ok(r) => (r, None),
-                Decoded::Poison(r, reason) => {
-                    metrics.error("decode", "invalid_payload");
-                    (r, Some(reason))
-                }
-            };
+        for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
+            let (mut record, poison) =
+                match decode(message, &self.queue.url, self.pipeline.payload, tag.epoch) {
+                    Decoded::Ok(r) => (r, None),
+                    Decoded::Poison(r, reason) => {
+                        metrics.error("decode", "invalid_payload");
+                        (r, Some(reason))
+                    }
+                };
+            record.incarnation = tag.incarnation;
             if let Some(sent) = record.sent_timestamp_ms {
                 metrics.lag(sent, now_ms);
             }

@@ -19,8 +19,11 @@ use tokio_util::task::TaskTracker;
 use crate::acker::Acker;
 use crate::admin::Admin;
 use crate::aws::{SqsClients, load_sdk_config};
-use crate::checkpointer::Checkpointer;
+use crate::coordination::cluster::{Cluster, ClusterConfig};
+use crate::coordination::standalone::Standalone;
+use crate::coordination::{Backend, Driver, Entries, Work};
 use crate::dispatch::Dispatcher;
+use crate::epochs::EpochWorker;
 use crate::error::{Error, Result};
 use crate::heartbeat::Heartbeat;
 use crate::ledger::{DeletePolicy, Ledger};
@@ -37,6 +40,12 @@ use crate::{queues, sink::Sinks};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Part of the drain deadline kept for the last deletes and releases.
 const FLUSH_RESERVE: Duration = Duration::from_secs(2);
+/// How often the drain looks whether the tagged epochs are finished.
+const EPOCH_DRAIN_POLL: Duration = Duration::from_millis(50);
+/// Bounds of a reader lease. It must stay below half the visibility timeout (the heartbeat
+/// extends at half), and short enough that a dead reader is fenced quickly.
+const MIN_LEASE: Duration = Duration::from_secs(2);
+const MAX_LEASE: Duration = Duration::from_secs(15);
 /// Work in the air per poller, in receive batches.
 const BATCHES_PER_POLLER: usize = 4;
 
@@ -59,11 +68,6 @@ pub struct Options {
 /// Run until `stop`; `Ok` after a clean drain.
 pub async fn run(source: SqsSource, options: Options, stop: Stop) -> Result<()> {
     let settings = Settings::from_source(&source)?;
-    if options.coordination == Coordination::Kubernetes && settings.guarantee == Guarantee::ExactlyOnce {
-        return Err(Error::Other(
-            "exactlyOnce under kubernetes coordination needs the coordination layer".into(),
-        ));
-    }
     let metrics = Arc::new(Metrics::new());
     let admin = Admin::new(metrics.clone());
     let (_, serving) = admin.bind(&options.admin_addr, options.admin_addr_file.as_deref()).await?;
@@ -101,6 +105,22 @@ async fn run_pipeline(
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
 
     let policy = DeletePolicy::for_guarantee(settings.guarantee);
+    // Exactly-once: join the checkpoint protocol before the first receive (a cluster reader
+    // first takes its lease, and waits until a previous incarnation of this pod is fenced).
+    let coordination_stop = CancellationToken::new();
+    let epochs = match settings.guarantee {
+        Guarantee::AtLeastOnce => None,
+        Guarantee::ExactlyOnce => {
+            let joined = tokio::select! {
+                joined = join_epochs(settings, options, &queues, coordination_stop.clone()) => joined,
+                () = stop.stopped() => {
+                    coordination_stop.cancel();
+                    return stop.take_failure().map_or(Ok(()), Err);
+                }
+            };
+            Some(joined?)
+        }
+    };
     let ledger = Arc::new(Mutex::new(Ledger::new(policy)));
     let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
     let pipeline = Arc::new(Pipeline {
@@ -114,19 +134,30 @@ async fn run_pipeline(
         abort: CancellationToken::new(),
         capacity: Arc::new(Semaphore::new(capacity)),
         deliveries: TaskTracker::new(),
+        epochs: epochs.as_ref().map(|(driver, _)| driver.clone()),
     });
+    // This replica's share of the source-wide rate limit follows the autoscaler's replica count
+    // (coordination::share); the task ends with `stop`. Standalone, the full limit applies.
+    crate::coordination::share::publish(&metrics, settings.rate);
+    if options.coordination == Coordination::Kubernetes {
+        let (limiter, token) = (pipeline.limiter.clone(), stop.token().clone());
+        let source = &settings.source_name;
+        crate::coordination::share::start(limiter, settings.rate, source, metrics.clone(), token).await;
+    }
 
     let heartbeat_stop = CancellationToken::new();
-    let heartbeat = Heartbeat { queues: queues.clone(), ledger: ledger.clone(), metrics: metrics.clone() };
+    let heartbeat = Heartbeat {
+        queues: queues.clone(),
+        ledger: ledger.clone(),
+        metrics: metrics.clone(),
+        epochs: pipeline.epochs.clone(),
+    };
     let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
 
-    let checkpoints = match (policy, settings.checkpoint_interval) {
-        (DeletePolicy::OnCommit, Some(interval)) => {
-            let checkpointer = Checkpointer::new(pipeline.clone());
-            Some(tokio::spawn(checkpointer.run(interval, stop.token().clone())))
-        }
-        _ => None,
-    };
+    let epoch_worker = epochs.map(|(driver, work)| {
+        let worker = EpochWorker { pipeline: pipeline.clone(), driver };
+        tokio::spawn(worker.run(work, coordination_stop.clone()))
+    });
 
     let mut pollers = JoinSet::new();
     let mut id = 0;
@@ -146,6 +177,9 @@ async fn run_pipeline(
     stop.stopped().await;
     let deadline = Instant::now() + options.shutdown_deadline;
     admin.set_ready(false);
+    if let Some(driver) = &pipeline.epochs {
+        driver.drain();
+    }
     tracing::info!(in_flight = pipeline.lock_ledger().len(), "stopping: draining in-flight work");
     let work_deadline =
         deadline.checked_sub(FLUSH_RESERVE.min(options.shutdown_deadline / 4)).unwrap_or(deadline);
@@ -162,13 +196,20 @@ async fn run_pipeline(
         pipeline.abort.cancel();
         pipeline.deliveries.wait().await;
     }
-    if let Some(task) = checkpoints
-        && let Ok(mut checkpointer) = task.await
+    if let Some(driver) = &pipeline.epochs
         && !stop.has_failed()
         && !pipeline.abort.is_cancelled()
     {
-        // Commit what was delivered rather than hand it back for redelivery.
-        checkpointer.checkpoint().await;
+        // Let the tagged epochs close, commit and delete rather than hand their messages back for
+        // redelivery (a failOnError stop releases at once instead).
+        let finished = async {
+            while !driver.own_epochs_done() {
+                tokio::time::sleep(EPOCH_DRAIN_POLL).await;
+            }
+        };
+        if tokio::time::timeout_at(work_deadline, finished).await.is_err() {
+            tracing::warn!(stages = ?driver.standing(), "drain deadline reached before every epoch was committed");
+        }
     }
     let released = pipeline.release_all();
     if tokio::time::timeout_at(deadline, pipeline.acker.close()).await.is_err() {
@@ -176,6 +217,53 @@ async fn run_pipeline(
     }
     heartbeat_stop.cancel();
     let _ = heartbeat_task.await;
+    coordination_stop.cancel();
+    if let Some(task) = epoch_worker {
+        let _ = task.await;
+    }
     tracing::info!(released, deleted = metrics.deleted.get(), left = pipeline.lock_ledger().len(), "drained");
     stop.take_failure().map_or(Ok(()), Err)
+}
+
+/// The lease duration for these queues: a third of the shortest visibility timeout, within
+/// bounds. A renewal needs every held message invisible for a whole lease, and the heartbeat keeps
+/// them invisible for at least half the timeout, so a third leaves a sixth as margin.
+pub fn lease_duration(queues: &[Arc<crate::queues::Queue>]) -> Duration {
+    let shortest = queues.iter().map(|q| q.visibility).min().unwrap_or(MAX_LEASE * 3);
+    (shortest / 3).clamp(MIN_LEASE, MAX_LEASE)
+}
+
+/// Start the checkpoint protocol: the in-process coordinator standalone, the own lease and the
+/// operator's checkpoint ConfigMap under Kubernetes.
+async fn join_epochs(
+    settings: &Settings,
+    options: &Options,
+    queues: &[Arc<crate::queues::Queue>],
+    stop: CancellationToken,
+) -> Result<(Arc<Driver>, tokio::sync::mpsc::UnboundedReceiver<Work>)> {
+    let interval = settings.checkpoint_interval.unwrap_or(Duration::from_secs(5));
+    let (backend, inherited): (Arc<dyn Backend>, Entries) = match options.coordination {
+        Coordination::Standalone => {
+            (Standalone::start(&options.reader_id, interval, stop.clone()), Entries::new())
+        }
+        Coordination::Kubernetes => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(|e| Error::Other(format!("cannot reach the Kubernetes API: {e}")))?;
+            let namespace =
+                std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_owned());
+            let config = ClusterConfig {
+                namespace,
+                source: settings.source_name.clone(),
+                pod: options.reader_id.clone(),
+                lease_duration: lease_duration(queues),
+            };
+            tracing::info!(lease = ?config.lease_duration, "joining the checkpoint protocol");
+            let (cluster, inherited) = Cluster::join(client, config, stop.clone())
+                .await
+                .map_err(|e| Error::Other(format!("cannot take the reader lease: {e}")))?;
+            (cluster, inherited)
+        }
+    };
+    Ok(Driver::start(backend, &inherited, stop))
 }

@@ -39,6 +39,11 @@ pub struct Record {
     pub dedup_id: Option<String>,
     /// Checkpoint epoch open when the message was received (0 under at-least-once).
     pub epoch: u64,
+    /// The reader incarnation that tagged it with `epoch` (`Incarnation.0`; 0 under
+    /// at-least-once). With `epoch` and the pod name it is the record's `EpochKey`: a reader that
+    /// was fenced and rejoined may tag the same epoch number again under a new incarnation, and
+    /// the two must never share a transaction.
+    pub incarnation: u64,
 }
 
 impl Record {

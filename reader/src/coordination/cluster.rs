@@ -126,7 +126,16 @@ impl Cluster {
 
     /// One compare-and-swap of the own lease. A conflict means someone else wrote it: lost.
     async fn write(&self, change: impl FnOnce(&mut Lease)) -> Result<()> {
+        self.write_as(None, change).await
+    }
+
+    /// [`Cluster::write`], only while the held lease is `expected`'s (checked under the same lock
+    /// as the write, so a rejoin cannot slip in between).
+    async fn write_as(&self, expected: Option<Incarnation>, change: impl FnOnce(&mut Lease)) -> Result<()> {
         let mut held = self.held.lock().await;
+        if expected.is_some_and(|e| e != held.lease.incarnation) {
+            return Err(CoordinationError::Conflict);
+        }
         let mut lease = held.lease.clone();
         change(&mut lease);
         let object = lease_object(&self.config, &lease, Some(held.resource_version.clone()))?;
@@ -293,10 +302,14 @@ impl Backend for Cluster {
         self.lost.subscribe()
     }
 
-    fn write_ack(&self, through: Epoch, entries: Vec<(Epoch, IdSet)>) -> BoxFuture<'_, Result<()>> {
+    fn write_ack(
+        &self,
+        incarnation: Incarnation,
+        through: Epoch,
+        entries: Vec<(Epoch, IdSet)>,
+    ) -> BoxFuture<'_, Result<()>> {
         async move {
-            self.write(|lease| {
-                let incarnation = lease.incarnation;
+            self.write_as(Some(incarnation), |lease| {
                 lease.acked_epoch = through;
                 for (epoch, ids) in entries {
                     lease.ids.insert((incarnation, epoch), ids);

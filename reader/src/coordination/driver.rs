@@ -25,6 +25,7 @@ pub struct Driver {
     machine: Mutex<ReaderEpochs>,
     work: mpsc::UnboundedSender<Work>,
     stop: CancellationToken,
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Driver {
@@ -36,10 +37,17 @@ impl Driver {
         inherited: &BTreeMap<(Incarnation, Epoch), IdSet>,
         stop: CancellationToken,
     ) -> (Arc<Driver>, mpsc::UnboundedReceiver<Work>) {
-        let (machine, commands) = ReaderEpochs::rejoined(backend.pod(), backend.incarnation(), inherited);
+        let incarnation = backend.incarnation();
+        let (machine, commands) = ReaderEpochs::rejoined(backend.pod(), incarnation, inherited);
         let (work, rx) = mpsc::unbounded_channel();
-        let driver = Arc::new(Driver { backend, machine: Mutex::new(machine), work, stop });
-        driver.run(commands);
+        let driver = Arc::new(Driver {
+            backend,
+            machine: Mutex::new(machine),
+            work,
+            stop,
+            draining: Default::default(),
+        });
+        driver.run(commands, incarnation);
         tokio::spawn(driver.clone().follow());
         (driver, rx)
     }
@@ -55,29 +63,37 @@ impl Driver {
         self.lock().can_receive()
     }
 
-    /// A tagged message is settled: delivered (or dead-lettered), or released to the queue.
-    pub fn settled(self: &Arc<Self>, epoch: Epoch, id: &str, delivered: bool) {
-        self.apply(|m| m.settled(epoch, id, delivered));
+    /// A message tagged `epoch` by `incarnation` is settled: delivered (or dead-lettered), or
+    /// released to the queue. Ignored when that incarnation is over (its epoch is aborted).
+    pub fn settled(self: &Arc<Self>, incarnation: Incarnation, epoch: Epoch, id: &str, delivered: bool) {
+        self.apply_for(incarnation, |m| m.settled(epoch, id, delivered));
     }
 
     /// Answer to [`Work::PreCommit`].
-    pub fn pre_committed(self: &Arc<Self>, epoch: Epoch) {
-        self.apply(|m| m.pre_committed(epoch));
+    pub fn pre_committed(self: &Arc<Self>, key: &EpochKey) {
+        self.apply_for(key.incarnation, |m| m.pre_committed(key.epoch));
     }
 
     /// Answer to [`Work::Commit`] for an own epoch.
-    pub fn sink_committed(self: &Arc<Self>, epoch: Epoch) {
-        self.apply(|m| m.sink_committed(epoch));
+    pub fn sink_committed(self: &Arc<Self>, key: &EpochKey) {
+        self.apply_for(key.incarnation, |m| m.sink_committed(key.epoch));
     }
 
     /// Answer to [`Work::Delete`]: the ids whose delete is confirmed.
-    pub fn deleted(self: &Arc<Self>, epoch: Epoch, confirmed: &IdSet) {
-        self.apply(|m| m.deleted(epoch, confirmed));
+    pub fn deleted(self: &Arc<Self>, key: &EpochKey, confirmed: &IdSet) {
+        self.apply_for(key.incarnation, |m| m.deleted(key.epoch, confirmed));
     }
 
     /// A redelivered message classified `Committed(key)` was deleted without delivery.
     pub fn redelivered_deleted(self: &Arc<Self>, key: &EpochKey, id: &str) {
         self.apply(|m| m.redelivered_deleted(key, id));
+    }
+
+    /// The tag for a fresh message: (incarnation, epoch), or `None` if it must not be received now.
+    pub fn tag_with_incarnation(&self) -> Option<(Incarnation, Epoch)> {
+        let mut machine = self.lock();
+        let incarnation = machine.incarnation();
+        machine.tag().map(|epoch| (incarnation, epoch))
     }
 
     /// What to do with a received message: deliver (`Fresh`, then [`Driver::tag`]), finalize and
@@ -88,7 +104,21 @@ impl Driver {
 
     /// Stop receiving; tagged epochs still finish. See [`Driver::drained`].
     pub fn drain(&self) {
+        self.draining.store(true, std::sync::atomic::Ordering::Relaxed);
         self.lock().drain();
+    }
+
+    /// `drain` was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Draining and every epoch this incarnation tagged is finished (committed and deleted, or
+    /// aborted). Committed entries carried over from an earlier incarnation may remain: they
+    /// shrink only as their messages come back, which a draining reader no longer receives.
+    pub fn own_epochs_done(&self) -> bool {
+        let machine = self.lock();
+        self.is_draining() && machine.stages().is_empty()
     }
 
     /// Draining and nothing of this incarnation left to do.
@@ -119,38 +149,62 @@ impl Driver {
     }
 
     fn apply(self: &Arc<Self>, f: impl FnOnce(&mut ReaderEpochs) -> Vec<Command>) {
-        let commands = f(&mut self.lock());
-        self.run(commands);
+        let (commands, incarnation) = {
+            let mut machine = self.lock();
+            (f(&mut machine), machine.incarnation())
+        };
+        self.run(commands, incarnation);
     }
 
-    fn run(self: &Arc<Self>, commands: Vec<Command>) {
+    /// Like `apply`, but only while `incarnation` is the current one: an answer for an
+    /// incarnation that is over must not move its successor's epochs of the same number.
+    fn apply_for(
+        self: &Arc<Self>,
+        incarnation: Incarnation,
+        f: impl FnOnce(&mut ReaderEpochs) -> Vec<Command>,
+    ) {
+        let commands = {
+            let mut machine = self.lock();
+            if machine.incarnation() != incarnation {
+                tracing::debug!(%incarnation, "answer for an incarnation that is over; ignored");
+                return;
+            }
+            f(&mut machine)
+        };
+        self.run(commands, incarnation);
+    }
+
+    /// Carry out `commands`, produced by the machine of `incarnation`.
+    fn run(self: &Arc<Self>, commands: Vec<Command>, incarnation: Incarnation) {
+        let key = |epoch| EpochKey { pod: self.backend.pod().to_owned(), incarnation, epoch };
         for command in commands {
             let work = match command {
-                Command::PreCommit(epoch) => Work::PreCommit(epoch),
+                Command::PreCommit(epoch) => Work::PreCommit(key(epoch)),
                 Command::Commit(key) => Work::Commit(key),
-                Command::Delete { epoch, ids } => Work::Delete { epoch, ids },
-                Command::Abort(epoch) => Work::Abort(epoch),
+                Command::Delete { epoch, ids } => Work::Delete { key: key(epoch), ids },
+                Command::Abort(epoch) => Work::Abort(key(epoch)),
                 Command::WriteAck { through, entries } => {
                     let me = self.clone();
                     tokio::spawn(async move {
-                        match me.backend.write_ack(through, entries).await {
-                            Ok(()) => me.apply(|m| m.ack_written(through)),
+                        match me.backend.write_ack(incarnation, through, entries).await {
+                            Ok(()) => me.apply_for(incarnation, |m| m.ack_written(through)),
                             Err(error) => {
                                 tracing::warn!(through, %error, "ack write failed; the lease counts as lost");
-                                me.apply(ReaderEpochs::lease_lost);
+                                me.apply_for(incarnation, ReaderEpochs::lease_lost);
                             }
                         }
                     });
                     continue;
                 }
-                Command::Forget { incarnation, epoch } => {
+                Command::Forget { incarnation: entry, epoch } => {
                     let me = self.clone();
+                    let mine = incarnation;
                     tokio::spawn(async move {
-                        match me.backend.forget(incarnation, epoch).await {
-                            Ok(()) => me.apply(|m| m.forgotten(incarnation, epoch)),
+                        match me.backend.forget(entry, epoch).await {
+                            Ok(()) => me.apply_for(mine, |m| m.forgotten(entry, epoch)),
                             Err(error) => {
                                 tracing::warn!(epoch, %error, "forget write failed; the lease counts as lost");
-                                me.apply(ReaderEpochs::lease_lost);
+                                me.apply_for(incarnation, ReaderEpochs::lease_lost);
                             }
                         }
                     });
@@ -175,7 +229,7 @@ impl Driver {
                     let (machine, commands) =
                         ReaderEpochs::rejoined(self.backend.pod(), incarnation, &inherited);
                     *self.lock() = machine;
-                    self.run(commands);
+                    self.run(commands, incarnation);
                     let current = self.backend.checkpoints().borrow().clone();
                     if let Some(cp) = current {
                         self.apply(|m| m.observe(&cp));

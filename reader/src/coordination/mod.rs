@@ -14,6 +14,7 @@
 
 pub mod cluster;
 mod driver;
+pub mod share;
 pub mod standalone;
 
 use std::collections::BTreeMap;
@@ -24,21 +25,23 @@ use tokio::sync::watch;
 
 pub use driver::Driver;
 
-/// What the pipeline must do for the protocol. Each has an answer on the [`Driver`].
+/// What the pipeline must do for the protocol. Each has an answer on the [`Driver`]. Every item
+/// names its [`EpochKey`] (pod, incarnation, epoch): after a fence and rejoin the same epoch number
+/// may come back under a new incarnation, and an answer for the old one must not count for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Work {
     /// Every message of the epoch is settled: pre-commit every sink for it (durable, not
     /// visible), then [`Driver::pre_committed`].
-    PreCommit(Epoch),
+    PreCommit(EpochKey),
     /// Make the output of `key` visible in every sink (idempotent). For an own epoch then
     /// [`Driver::sink_committed`]; a key of an earlier incarnation (inherited) needs no answer.
     Commit(EpochKey),
     /// Delete the receipts of the epoch's ids (DeleteMessageBatch), then [`Driver::deleted`] with
-    /// the ids whose delete was sent while the lease was valid and succeeded.
-    Delete { epoch: Epoch, ids: IdSet },
+    /// the ids whose delete succeeded.
+    Delete { key: EpochKey, ids: IdSet },
     /// The epoch never commits here: abort it in every sink and release its receipts
     /// (ChangeMessageVisibility 0). No answer.
-    Abort(Epoch),
+    Abort(EpochKey),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +71,15 @@ pub trait Backend: Send + Sync + 'static {
     fn checkpoints(&self) -> watch::Receiver<Option<Checkpoint>>;
     /// Becomes `true` when the own lease is lost: a renewal conflict, or it ran out on our clock.
     fn lease_lost(&self) -> watch::Receiver<bool>;
-    /// One compare-and-swap: `ackedEpoch = through` and an id entry per listed epoch.
-    fn write_ack(&self, through: Epoch, entries: Vec<(Epoch, IdSet)>) -> BoxFuture<'_, Result<()>>;
+    /// One compare-and-swap: `ackedEpoch = through` and an id entry per listed epoch, for
+    /// `incarnation`; a [`CoordinationError::Conflict`] if the lease now belongs to another one (a
+    /// late ack of an incarnation that is over must never land in its successor's lease).
+    fn write_ack(
+        &self,
+        incarnation: Incarnation,
+        through: Epoch,
+        entries: Vec<(Epoch, IdSet)>,
+    ) -> BoxFuture<'_, Result<()>>;
     /// Remove the id entry `(incarnation, epoch)`.
     fn forget(&self, incarnation: Incarnation, epoch: Epoch) -> BoxFuture<'_, Result<()>>;
     /// Take the lease over with a new incarnation once the old one is fenced; answers the new
@@ -84,7 +94,7 @@ pub trait Backend: Send + Sync + 'static {
     fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool);
 }
 
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

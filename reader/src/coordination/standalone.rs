@@ -112,10 +112,17 @@ impl Backend for Standalone {
         self.lost.subscribe()
     }
 
-    fn write_ack(&self, through: Epoch, entries: Vec<(Epoch, IdSet)>) -> BoxFuture<'_, Result<()>> {
+    fn write_ack(
+        &self,
+        incarnation: Incarnation,
+        through: Epoch,
+        entries: Vec<(Epoch, IdSet)>,
+    ) -> BoxFuture<'_, Result<()>> {
         {
             let mut books = self.lock();
-            let incarnation = books.lease.incarnation;
+            if books.lease.incarnation != incarnation {
+                return async { Err(super::CoordinationError::Conflict) }.boxed();
+            }
             books.lease.acked_epoch = through;
             for (epoch, ids) in entries {
                 books.lease.ids.insert((incarnation, epoch), ids);
@@ -187,18 +194,22 @@ mod tests {
         .await
         .expect("admitted in time");
         assert_eq!(driver.classify("m-1", 1).await.unwrap(), Redelivery::Fresh);
-        driver.settled(epoch, "m-1", true);
+        let incarnation = driver.incarnation();
+        driver.settled(incarnation, epoch, "m-1", true);
+        // An answer for another incarnation (one that is over) moves nothing.
+        driver.settled(Incarnation(incarnation.0 ^ 1), epoch, "m-2", true);
 
-        assert_eq!(next(&mut work).await, Work::PreCommit(epoch));
-        driver.pre_committed(epoch);
+        let own = sluice_crds::checkpoint::EpochKey { pod: "solo".into(), incarnation, epoch };
+        assert_eq!(next(&mut work).await, Work::PreCommit(own.clone()));
+        driver.pre_committed(&own);
         let Work::Commit(key) = next(&mut work).await else { panic!("commit expected") };
-        assert_eq!(key.epoch, epoch);
+        assert_eq!(key, own);
         // Acked and committed: a redelivery of m-1 is now deleted, not delivered.
         assert!(matches!(driver.classify("m-1", 2).await.unwrap(), Redelivery::Committed(_)));
-        driver.sink_committed(epoch);
+        driver.sink_committed(&own);
         let ids: IdSet = ["m-1".to_string()].into();
-        assert_eq!(next(&mut work).await, Work::Delete { epoch, ids: ids.clone() });
-        driver.deleted(epoch, &ids);
+        assert_eq!(next(&mut work).await, Work::Delete { key: own.clone(), ids: ids.clone() });
+        driver.deleted(&own, &ids);
 
         tokio::time::timeout(Duration::from_secs(5), async {
             while !backend.lease().ids.is_empty() {

@@ -23,12 +23,10 @@ impl DeletePolicy {
         }
     }
 
-    /// May an acknowledged message of `epoch` be deleted, given the last committed epoch?
-    pub fn allows(self, epoch: u64, committed: Option<u64>) -> bool {
-        match self {
-            DeletePolicy::OnAck => true,
-            DeletePolicy::OnCommit => committed.is_some_and(|c| epoch <= c),
-        }
+    /// Whether an acknowledged message is deleted at once (or held for its epoch's commit, which
+    /// the coordination layer announces).
+    pub fn deletes_on_ack(self) -> bool {
+        self == DeletePolicy::OnAck
     }
 }
 
@@ -37,12 +35,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn on_ack_always_allows_and_on_commit_waits_for_the_epoch() {
-        assert!(DeletePolicy::OnAck.allows(3, None));
-        assert!(!DeletePolicy::OnCommit.allows(0, None));
-        assert!(!DeletePolicy::OnCommit.allows(4, Some(3)));
-        assert!(DeletePolicy::OnCommit.allows(3, Some(3)));
-        assert!(DeletePolicy::OnCommit.allows(2, Some(3)));
+    fn on_ack_deletes_at_once_and_on_commit_holds() {
+        assert!(DeletePolicy::OnAck.deletes_on_ack());
+        assert!(!DeletePolicy::OnCommit.deletes_on_ack());
         assert_eq!(DeletePolicy::for_guarantee(Guarantee::ExactlyOnce), DeletePolicy::OnCommit);
     }
 }

@@ -105,6 +105,7 @@ mod tests {
             group_id: None,
             dedup_id: None,
             epoch: 0,
+            incarnation: 0,
         }
     }
 

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use sluice_crds::checkpoint::EpochKey;
 
 use crate::record::Record;
 
@@ -90,18 +91,20 @@ pub trait Sink: Send + Sync {
         None
     }
 
-    /// Make what was delivered in `epoch` durable, not yet visible. Called before the reader acks.
-    fn pre_commit(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+    /// Make what was delivered under `key` (records with `key.incarnation`, `key.epoch`) durable,
+    /// not yet visible. Called before the reader acks the epoch.
+    fn pre_commit(&self, _key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
         Box::pin(async { Ok(()) })
     }
 
-    /// The epoch is committed: make its output visible. Must be idempotent.
-    fn commit(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+    /// `key` is committed: make its output visible. Must be idempotent, and must work for a key
+    /// of another process (a reader finishing what a dead or fenced incarnation acked).
+    fn commit(&self, _key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
         Box::pin(async { Ok(()) })
     }
 
-    /// The epoch will never commit here (fenced): drop its output.
-    fn abort(&self, _epoch: u64) -> BoxFuture<'_, Result<(), SinkError>> {
+    /// `key` will never commit (fenced): drop its output. Idempotent.
+    fn abort(&self, _key: &EpochKey) -> BoxFuture<'_, Result<(), SinkError>> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -208,6 +208,15 @@ impl Sink for SqsSink {
 
     fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>> {
         Box::pin(async move {
+            if self.fifo.is_some() {
+                // One batch after the other: SQS orders a group by arrival, and two batches in
+                // flight at once may arrive in either order.
+                let mut outcomes = Vec::with_capacity(records.len());
+                for range in batches(records) {
+                    outcomes.extend(self.send_batch(&records[range]).await);
+                }
+                return outcomes;
+            }
             let sends = batches(records).into_iter().map(|range| self.send_batch(&records[range]));
             join_all(sends).await.into_iter().flatten().collect()
         })

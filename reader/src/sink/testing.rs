@@ -21,5 +21,6 @@ pub fn record(id: &str) -> Record {
         group_id: None,
         dedup_id: None,
         epoch: 0,
+        incarnation: 0,
     }
 }
