@@ -45,6 +45,9 @@ pub struct Metrics {
     lag: Histogram,
     pub duplicates: Counter,
     sink_stats: Mutex<Vec<(String, Arc<SinkStats>)>>,
+    /// This replica's share of the source-wide rate limit (0: no limit); set by `coordination::share`.
+    pub rate_limit_messages: Gauge,
+    pub rate_limit_bytes: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -68,6 +71,8 @@ impl Metrics {
             lag: Histogram::new(exponential_buckets(0.01, 2.0, 18)),
             duplicates: Counter::default(),
             sink_stats: Mutex::new(Vec::new()),
+            rate_limit_messages: Gauge::default(),
+            rate_limit_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("received_messages", "Messages received from SQS", m.received.clone());
@@ -105,6 +110,16 @@ impl Metrics {
             "duplicates",
             "Messages received again by this reader (redeliveries)",
             m.duplicates.clone(),
+        );
+        registry.register(
+            "rate_limit_messages_per_second",
+            "This replica's share of the source-wide messages/s limit (0: no limit)",
+            m.rate_limit_messages.clone(),
+        );
+        registry.register(
+            "rate_limit_bytes_per_second",
+            "This replica's share of the source-wide bytes/s limit (0: no limit)",
+            m.rate_limit_bytes.clone(),
         );
         Self { registry, ..m }
     }
