@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_crds::checkpoint::{EpochKey, IdSet};
 use tokio::sync::mpsc;
@@ -39,6 +39,14 @@ pub fn tag_of(key: &EpochKey) -> Tag {
 pub struct EpochWorker {
     pub pipeline: Arc<Pipeline>,
     pub driver: Arc<Driver>,
+    /// When each own epoch's pre-commit began, for the commit latency.
+    pub started: std::sync::Mutex<HashMap<EpochKey, Instant>>,
+}
+
+impl EpochWorker {
+    pub fn new(pipeline: Arc<Pipeline>, driver: Arc<Driver>) -> Self {
+        Self { pipeline, driver, started: Default::default() }
+    }
 }
 
 impl EpochWorker {
@@ -59,7 +67,8 @@ impl EpochWorker {
     async fn handle(&self, work: Work, stop: &CancellationToken) {
         match work {
             Work::PreCommit(key) => {
-                let started = std::time::Instant::now();
+                let started = Instant::now();
+                self.started.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), started);
                 if self.every_sink("pre_commit", &key, stop, |s, k| s.pre_commit(k)).await {
                     tracing::debug!(epoch = key.epoch, took = ?started.elapsed(), "epoch pre-committed");
                     self.driver.pre_committed(&key);
@@ -82,9 +91,15 @@ impl EpochWorker {
                     recorded = ids.len(),
                     "epoch deleted"
                 );
+                let started = self.started.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                if let Some(started) = started {
+                    self.pipeline.metrics.commit_latency(started.elapsed());
+                }
+                self.pipeline.metrics.epochs_committed.inc();
                 self.driver.deleted(&key, &confirmed);
             }
             Work::Abort(key) => {
+                self.started.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
                 let due = self.pipeline.lock_ledger().abort(tag_of(&key));
                 tracing::info!(epoch = key.epoch, incarnation = %key.incarnation, released = due.len(),
                     "epoch aborted (this incarnation was fenced): releasing its messages");

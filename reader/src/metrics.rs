@@ -44,6 +44,12 @@ pub struct Metrics {
     sink_latency: HistogramFamily,
     lag: Histogram,
     pub duplicates: Counter,
+    /// Exactly-once: own epochs whose deletes are done, the time from an epoch's pre-commit (it
+    /// closed and every message was settled) to its deletes confirmed, and redelivered messages
+    /// deleted without delivery because an epoch had already committed them.
+    pub epochs_committed: Counter,
+    commit_latency: Histogram,
+    pub redelivered_committed: Counter,
     sink_stats: Mutex<Vec<(String, Arc<SinkStats>)>>,
     /// This replica's share of the source-wide rate limit (0: no limit); set by `coordination::share`.
     pub rate_limit_messages: Gauge,
@@ -70,6 +76,9 @@ impl Metrics {
             sink_latency: Family::new_with_constructor(latency_histogram),
             lag: Histogram::new(exponential_buckets(0.01, 2.0, 18)),
             duplicates: Counter::default(),
+            epochs_committed: Counter::default(),
+            commit_latency: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
+            redelivered_committed: Counter::default(),
             sink_stats: Mutex::new(Vec::new()),
             rate_limit_messages: Gauge::default(),
             rate_limit_bytes: Gauge::default(),
@@ -121,6 +130,21 @@ impl Metrics {
             "This replica's share of the source-wide bytes/s limit (0: no limit)",
             m.rate_limit_bytes.clone(),
         );
+        registry.register(
+            "epochs_committed",
+            "Own checkpoint epochs committed and deleted",
+            m.epochs_committed.clone(),
+        );
+        registry.register(
+            "commit_latency_seconds",
+            "Exactly-once: from an epoch's pre-commit to its deletes confirmed",
+            m.commit_latency.clone(),
+        );
+        registry.register(
+            "redelivered_committed_messages",
+            "Redelivered messages deleted without delivery: an epoch had committed them",
+            m.redelivered_committed.clone(),
+        );
         Self { registry, ..m }
     }
 
@@ -134,6 +158,10 @@ impl Metrics {
 
     pub fn sink_latency(&self, sink: &str, took: Duration) {
         self.sink_latency.get_or_create(&SinkLabel { sink: sink.to_owned() }).observe(took.as_secs_f64());
+    }
+
+    pub fn commit_latency(&self, took: Duration) {
+        self.commit_latency.observe(took.as_secs_f64());
     }
 
     pub fn lag(&self, sent_timestamp_ms: i64, now_ms: i64) {

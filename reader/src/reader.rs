@@ -155,7 +155,7 @@ async fn run_pipeline(
     let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
 
     let epoch_worker = epochs.map(|(driver, work)| {
-        let worker = EpochWorker { pipeline: pipeline.clone(), driver };
+        let worker = EpochWorker::new(pipeline.clone(), driver);
         tokio::spawn(worker.run(work, coordination_stop.clone()))
     });
 

@@ -108,6 +108,7 @@ async fn delete_committed(pipeline: &Pipeline, driver: &Arc<Driver>, ticket: u64
     let Some(receipt) = pipeline.lock_ledger().take_for_delete(ticket) else { return };
     let confirmed = pipeline.acker.delete_confirmed(vec![(ticket, receipt)]).await;
     if confirmed.contains(&ticket) {
+        pipeline.metrics.redelivered_committed.inc();
         driver.redelivered_deleted(key, id);
     }
 }
