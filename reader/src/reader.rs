@@ -209,6 +209,14 @@ async fn run_pipeline(
         };
         if tokio::time::timeout_at(work_deadline, finished).await.is_err() {
             tracing::warn!(stages = ?driver.standing(), "drain deadline reached before every epoch was committed");
+        } else if driver.drained() {
+            // Nothing left to do: leave, so the coordinator's barrier need not wait for this
+            // lease to expire.
+            match tokio::time::timeout_at(deadline, driver.backend().leave()).await {
+                Ok(Ok(())) => tracing::info!("left the checkpoint protocol (lease expired on purpose)"),
+                Ok(Err(error)) => tracing::warn!(%error, "could not remove the lease; it will expire"),
+                Err(_) => tracing::warn!("drain deadline reached while removing the lease"),
+            }
         }
     }
     let released = pipeline.release_all();

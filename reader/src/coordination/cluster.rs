@@ -286,6 +286,24 @@ async fn take_over(
 }
 
 impl Backend for Cluster {
+    fn leave(&self) -> BoxFuture<'_, Result<()>> {
+        async move {
+            // Expire the lease now (one compare-and-swap) rather than delete it: readers hold no
+            // `delete` on ConfigMaps (see the operator's build/rbac.rs), and an expired lease is
+            // fenced by the coordinator's next step, which is all the barrier needs.
+            let result = self
+                .write_as(Some(self.incarnation()), |lease| {
+                    lease.renewed_at_ms = 0;
+                    lease.draining = true;
+                    lease.in_flight = 0;
+                })
+                .await;
+            self.lost.send_replace(true);
+            result
+        }
+        .boxed()
+    }
+
     fn pod(&self) -> &str {
         &self.config.pod
     }

@@ -90,6 +90,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Every held receipt is invisible to others until at least this time (ms since the Unix
     /// epoch); a renewal never makes the lease outlast it.
     fn visibility_covered_until(&self, until_ms: i64);
+    /// A clean exit with nothing left to do: let the own lease run out now, so the coordinator
+    /// fences this member at its next step instead of waiting a whole lease duration (its
+    /// barrier would wait that long). Call only when `Driver::drained`.
+    fn leave(&self) -> BoxFuture<'_, Result<()>>;
     /// Figures published in the lease for the autoscaler.
     fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool);
 }

@@ -96,6 +96,10 @@ impl Standalone {
 }
 
 impl Backend for Standalone {
+    fn leave(&self) -> BoxFuture<'_, Result<()>> {
+        async { Ok(()) }.boxed()
+    }
+
     fn pod(&self) -> &str {
         &self.pod
     }
