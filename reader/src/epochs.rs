@@ -19,7 +19,7 @@ use sluice_crds::checkpoint::{EpochKey, IdSet};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::coordination::{Driver, Work};
+use crate::coordination::{Driver, Work, now_ms};
 use crate::ledger::{Tag, Ticket};
 use crate::pipeline::Pipeline;
 use crate::sink::{Sink, SinkError};
@@ -83,8 +83,20 @@ impl EpochWorker {
                 let due = self.pipeline.lock_ledger().commit(tag_of(&key), &ids);
                 let id_of: HashMap<Ticket, String> = due.iter().map(|(t, _, id)| (*t, id.clone())).collect();
                 let batch = due.into_iter().map(|(t, r, _)| (t, r)).collect();
+                let sent_at = now_ms();
                 let confirmed = self.pipeline.acker.delete_confirmed(batch).await;
-                let confirmed: IdSet = confirmed.iter().filter_map(|t| id_of.get(t).cloned()).collect();
+                let confirmed: IdSet = if sent_at < self.driver.backend().lease_valid_until_ms() {
+                    confirmed.iter().filter_map(|t| id_of.get(t).cloned()).collect()
+                } else {
+                    // Sent on a lease that had run out: the handles may be stale (SQS answers
+                    // success without deleting), so the ids stay recorded; a redelivery is then
+                    // recognised as committed and deleted by whoever receives it.
+                    tracing::warn!(
+                        epoch = key.epoch,
+                        "deletes sent after the lease ran out are not counted as confirmed"
+                    );
+                    IdSet::new()
+                };
                 tracing::debug!(
                     epoch = key.epoch,
                     deleted = confirmed.len(),

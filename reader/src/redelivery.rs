@@ -23,7 +23,7 @@ use std::sync::Arc;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use sluice_crds::checkpoint::{EpochKey, Redelivery};
 
-use crate::coordination::Driver;
+use crate::coordination::{Driver, now_ms};
 use crate::epochs::commit_everywhere;
 use crate::ledger::Tag;
 use crate::pipeline::{Arrival, Pipeline};
@@ -106,8 +106,10 @@ async fn delete_committed(pipeline: &Pipeline, driver: &Arc<Driver>, ticket: u64
         return;
     }
     let Some(receipt) = pipeline.lock_ledger().take_for_delete(ticket) else { return };
+    let sent_at = now_ms();
     let confirmed = pipeline.acker.delete_confirmed(vec![(ticket, receipt)]).await;
-    if confirmed.contains(&ticket) {
+    // Only a delete sent on a valid lease had a current handle (see `Backend::lease_valid_until_ms`).
+    if confirmed.contains(&ticket) && sent_at < driver.backend().lease_valid_until_ms() {
         pipeline.metrics.redelivered_committed.inc();
         driver.redelivered_deleted(key, id);
     }

@@ -58,6 +58,8 @@ pub struct Cluster {
     held: tokio::sync::Mutex<Held>,
     incarnation: AtomicU64,
     covered_until: AtomicI64,
+    /// Expiry of the lease as last written (renewal or take-over), for `lease_valid_until_ms`.
+    valid_until: AtomicI64,
     figures: Mutex<(u64, u64, bool)>,
     checkpoints: watch::Sender<Option<Checkpoint>>,
     lost: watch::Sender<bool>,
@@ -109,12 +111,14 @@ impl Cluster {
         let config_maps: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
         let held = take_over(&config_maps, &config, &stop).await?;
         let inherited = held.lease.ids.clone();
+        let valid_until = held.lease.expires_at_ms();
         let cluster = Arc::new(Cluster {
             incarnation: AtomicU64::new(held.lease.incarnation.0),
             config,
             config_maps,
             held: tokio::sync::Mutex::new(held),
             covered_until: AtomicI64::new(i64::MAX),
+            valid_until: AtomicI64::new(valid_until),
             figures: Mutex::new((0, 0, false)),
             checkpoints: watch::Sender::new(None),
             lost: watch::Sender::new(false),
@@ -143,6 +147,7 @@ impl Cluster {
         match self.config_maps.replace(&name, &PostParams::default(), &object).await {
             Ok(written) => {
                 held.resource_version = written.resource_version().unwrap_or_default();
+                self.valid_until.store(lease.expires_at_ms(), Ordering::Relaxed);
                 held.lease = lease;
                 Ok(())
             }
@@ -286,6 +291,13 @@ async fn take_over(
 }
 
 impl Backend for Cluster {
+    fn lease_valid_until_ms(&self) -> i64 {
+        if *self.lost.borrow() {
+            return i64::MIN;
+        }
+        self.valid_until.load(Ordering::Relaxed)
+    }
+
     fn leave(&self) -> BoxFuture<'_, Result<()>> {
         async move {
             // Expire the lease now (one compare-and-swap) rather than delete it: readers hold no
@@ -349,6 +361,7 @@ impl Backend for Cluster {
             let fresh = take_over(&self.config_maps, &self.config, &stop).await?;
             let inherited = fresh.lease.ids.clone();
             let incarnation = fresh.lease.incarnation;
+            self.valid_until.store(fresh.lease.expires_at_ms(), Ordering::Relaxed);
             *held = fresh;
             self.incarnation.store(incarnation.0, Ordering::Relaxed);
             self.lost.send_replace(false);

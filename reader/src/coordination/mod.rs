@@ -94,6 +94,10 @@ pub trait Backend: Send + Sync + 'static {
     /// fences this member at its next step instead of waiting a whole lease duration (its
     /// barrier would wait that long). Call only when `Driver::drained`.
     fn leave(&self) -> BoxFuture<'_, Result<()>>;
+    /// Until when (ms since the Unix epoch, own clock) the own lease is valid; `i64::MIN` once it is
+    /// lost. A delete counts as confirmed only if it was sent before this: only then was the
+    /// receipt handle current (SQS answers success for a stale handle without deleting).
+    fn lease_valid_until_ms(&self) -> i64;
     /// Figures published in the lease for the autoscaler.
     fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool);
 }
