@@ -32,8 +32,14 @@ pub struct Observation {
     /// Messages per second one reader deletes, averaged over the readers that report a positive rate;
     /// `None` when none does (no readers yet, or all idle), and then the rate raises nothing.
     pub drain_per_replica: Option<f64>,
+    /// The source-wide `rateLimit.messagesPerSecond`, if any: readers split it, so once the fleet
+    /// drains at (nearly) that rate, more replicas add no throughput.
+    pub rate_limit: Option<f64>,
     pub now: Timestamp,
 }
+
+/// Share of the source-wide rate limit at which the limit, not the replica count, bounds the drain.
+const LIMIT_BOUND: f64 = 0.9;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
@@ -102,7 +108,14 @@ fn saturating_i32(value: u64) -> i32 {
 }
 
 /// Replicas the backlog needs, before bounds, and what sized it.
-fn needed(spec: &ScalingSpec, bounds: &Bounds, backlog: i64, drain_per_replica: Option<f64>) -> (i32, Basis) {
+fn needed(spec: &ScalingSpec, bounds: &Bounds, backlog: i64, seen: &Observation) -> (i32, Basis) {
+    let limit_binds = match (seen.rate_limit, seen.drain_per_replica) {
+        (Some(limit), Some(rate)) => rate * f64::from(seen.current.max(0)) >= LIMIT_BOUND * limit,
+        _ => false,
+    };
+    // The drain-rate raise assumes another replica drains as much again; under a binding
+    // source-wide rate limit it would only split the same rate further.
+    let drain_per_replica = if limit_binds { None } else { seen.drain_per_replica };
     let backlog_u = u64::try_from(backlog).unwrap_or(0);
     let by_backlog = saturating_i32(backlog_u.div_ceil(bounds.per_replica.unsigned_abs()));
     let basis = Basis::Backlog { per_replica: bounds.per_replica };
@@ -129,7 +142,7 @@ pub fn decide(spec: &ScalingSpec, seen: &Observation, history: History) -> Decis
     let backlog = backlog(spec, &seen.figures);
     let active = backlog > bounds.threshold;
     let history = if active { history.mark_active(now) } else { history };
-    let (wanted, basis) = needed(spec, &bounds, backlog, seen.drain_per_replica);
+    let (wanted, basis) = needed(spec, &bounds, backlog, seen);
     let (mut recommended, basis) = bounds.clamp(wanted, basis);
     let window = i64::from(spec.scale_down_stabilization_seconds);
 

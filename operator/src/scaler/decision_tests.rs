@@ -14,7 +14,13 @@ fn figures(visible: i64, in_flight: i64, delayed: i64) -> QueueFigures {
 }
 
 fn seen(visible: i64, current: i32, second: i64) -> Observation {
-    Observation { figures: figures(visible, 0, 0), current, drain_per_replica: None, now: at(second) }
+    Observation {
+        figures: figures(visible, 0, 0),
+        current,
+        drain_per_replica: None,
+        rate_limit: None,
+        now: at(second),
+    }
 }
 
 /// target 100 per replica, 1..=10, step 10, stabilization 60 s, cooldown 60 s, drain target 60 s.
@@ -115,6 +121,7 @@ fn keda_aws_sqs_queue_formula_is_a_special_case() {
             figures: figures(k.visible, k.in_flight, k.delayed),
             current: k.current,
             drain_per_replica: None,
+            rate_limit: None,
             now: at(0),
         };
         let decision = decide(&k.spec(), &observation, History::default());
@@ -155,6 +162,12 @@ fn drain_rate_raises_when_readers_are_too_slow() {
         assert_eq!(decision.recommended, recommended, "rate {rate:?}: {}", decision.reason);
         assert_eq!(decision.desired, desired, "rate {rate:?}: {}", decision.reason);
     }
+    // A source-wide limit of 60 msg/s that the 6 replicas already drain at: more replicas would
+    // only split it, so the backlog alone sizes the fleet. Below the limit the raise still applies.
+    let bound = Observation { drain_per_replica: Some(10.0), rate_limit: Some(60.0), ..seen(6000, 6, 0) };
+    assert_eq!(decide(&base, &bound, History::default()).recommended, 6);
+    let unbound = Observation { drain_per_replica: Some(10.0), rate_limit: Some(1000.0), ..seen(6000, 6, 0) };
+    assert_eq!(decide(&base, &unbound, History::default()).recommended, 10);
     let observation = Observation { drain_per_replica: Some(10.0), ..seen(6000, 6, 0) };
     let decision = decide(&base, &observation, History::default());
     assert_eq!(

@@ -166,6 +166,7 @@ mod tests {
             figures: figures.clone(),
             current: 2,
             drain_per_replica: Some(2.5),
+            rate_limit: None,
             now: Timestamp::UNIX_EPOCH,
         };
         let decision = decide(&ScalingSpec::default(), &seen, History::default());

@@ -97,7 +97,14 @@ pub async fn tick(
     let drain = drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now_ms);
 
     let history = state.history.take().unwrap_or_else(|| History::starting_at(now, current));
-    let seen = Observation { figures: figures.clone(), current, drain_per_replica: drain.per_replica, now };
+    let rate_limit = spec.rate_limit.as_ref().and_then(|r| r.messages_per_second).map(f64::from);
+    let seen = Observation {
+        figures: figures.clone(),
+        current,
+        drain_per_replica: drain.per_replica,
+        rate_limit,
+        now,
+    };
     let decision = decide(&spec.scaling, &seen, history);
     state.history = Some(decision.history.clone());
     ctx.metrics.observe(&labels_of(source), &figures, drain.per_replica, current, &decision);
