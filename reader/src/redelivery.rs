@@ -41,21 +41,23 @@ pub async fn sort(
     let mut release = Vec::new();
     let mut committed = Vec::new();
     let mut blocked_groups: HashSet<String> = HashSet::new();
-    for message in messages {
+    let asks: Vec<(String, u32)> =
+        messages.iter().map(|m| (m.message_id().unwrap_or_default().to_owned(), receive_count(m))).collect();
+    let verdicts = match driver.classify_many(asks).await {
+        Ok(verdicts) => verdicts,
+        Err(error) => {
+            tracing::warn!(%error, messages = messages.len(), "cannot classify redelivered messages; leaving them for later");
+            pipeline.metrics.error("classify", "api");
+            vec![Redelivery::Undecided; messages.len()]
+        }
+    };
+    for (message, verdict) in messages.into_iter().zip(verdicts) {
         let id = message.message_id().unwrap_or_default().to_owned();
         let group = queue.fifo.then(|| group_of(&message)).flatten();
         if group.as_ref().is_some_and(|g| blocked_groups.contains(g)) {
             release.push(message);
             continue;
         }
-        let verdict = match driver.classify(&id, receive_count(&message)).await {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                tracing::warn!(message_id = %id, %error, "cannot classify a redelivered message; leaving it for later");
-                pipeline.metrics.error("classify", "api");
-                Redelivery::Undecided
-            }
-        };
         let held_back = match verdict {
             Redelivery::Fresh => match driver.tag_with_incarnation() {
                 Some((incarnation, epoch)) => {

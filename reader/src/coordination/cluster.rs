@@ -371,11 +371,16 @@ impl Backend for Cluster {
     }
 
     fn classify(&self, id: &str, receive_count: u32) -> BoxFuture<'_, Result<Redelivery>> {
-        let id = id.to_owned();
+        let items = vec![(id.to_owned(), receive_count)];
+        async move { Ok(self.classify_many(items).await?.pop().unwrap_or(Redelivery::Undecided)) }.boxed()
+    }
+
+    fn classify_many(&self, items: Vec<(String, u32)>) -> BoxFuture<'_, Result<Vec<Redelivery>>> {
         async move {
-            // A first receive cannot be in any lease: only redeliveries need the (fresh) read.
-            if receive_count <= 1 {
-                return Ok(Redelivery::Fresh);
+            // A first receive cannot be in any lease: only redeliveries need the (fresh) read, and
+            // one read serves the whole batch.
+            if items.iter().all(|(_, count)| *count <= 1) {
+                return Ok(vec![Redelivery::Fresh; items.len()]);
             }
             let selector = format!("{SOURCE_LABEL}={},{ROLE_LABEL}=lease", self.config.source);
             let leases = self.config_maps.list(&ListParams::default().labels(&selector)).await?;
@@ -383,14 +388,21 @@ impl Backend for Cluster {
             let checkpoint = checkpoint_of(
                 self.config_maps.get_opt(&checkpoint_configmap_name(&self.config.source)).await?.as_ref(),
             )?;
-            let Some(checkpoint) = checkpoint else { return Ok(Redelivery::Fresh) };
+            let Some(checkpoint) = checkpoint else { return Ok(vec![Redelivery::Fresh; items.len()]) };
             let parsed: Vec<Lease> = leases
                 .items
                 .iter()
                 .filter_map(|cm| cm.data.as_ref())
                 .filter_map(|d| Lease::from_data(d).ok())
                 .collect();
-            Ok(classify(&id, &checkpoint, &parsed))
+            Ok(items
+                .iter()
+                .map(
+                    |(id, count)| {
+                        if *count <= 1 { Redelivery::Fresh } else { classify(id, &checkpoint, &parsed) }
+                    },
+                )
+                .collect())
         }
         .boxed()
     }

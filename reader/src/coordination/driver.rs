@@ -102,6 +102,11 @@ impl Driver {
         self.backend.classify(id, receive_count).await
     }
 
+    /// [`Driver::classify`] for a batch: one answer per `(id, receive count)`, in order.
+    pub async fn classify_many(&self, items: Vec<(String, u32)>) -> Result<Vec<Redelivery>> {
+        self.backend.classify_many(items).await
+    }
+
     /// Stop receiving; tagged epochs still finish. See [`Driver::drained`].
     pub fn drain(&self) {
         self.draining.store(true, std::sync::atomic::Ordering::Relaxed);

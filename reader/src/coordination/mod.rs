@@ -87,6 +87,17 @@ pub trait Backend: Send + Sync + 'static {
     fn rejoin(&self) -> BoxFuture<'_, Result<(Incarnation, Entries)>>;
     /// What to do with a received message (see `sluice_crds::checkpoint::classify`).
     fn classify(&self, id: &str, receive_count: u32) -> BoxFuture<'_, Result<Redelivery>>;
+    /// [`Backend::classify`] for a received batch of `(id, receive count)`, one answer each in order.
+    /// Backends that read the API override it to read the leases once per batch.
+    fn classify_many(&self, items: Vec<(String, u32)>) -> BoxFuture<'_, Result<Vec<Redelivery>>> {
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(items.len());
+            for (id, count) in items {
+                answers.push(self.classify(&id, count).await?);
+            }
+            Ok(answers)
+        })
+    }
     /// Every held receipt is invisible to others until at least this time (ms since the Unix
     /// epoch); a renewal never makes the lease outlast it.
     fn visibility_covered_until(&self, until_ms: i64);
