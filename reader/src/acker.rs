@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry};
+use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -123,10 +124,12 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                         let chunks = by_queue.into_iter().flat_map(|(queue, items)| {
                             items.chunks(BATCH).map(|c| (queue, c.to_vec())).collect::<Vec<_>>()
                         });
-                        let confirmed = futures::future::join_all(
-                            chunks.map(|(queue, chunk)| settle_with_retries(&shared, Kind::Delete, queue, chunk)),
-                        )
-                        .await;
+                        // Bounded like the acker's own calls: an epoch may hold thousands.
+                        let confirmed: Vec<Vec<Ticket>> = futures::stream::iter(chunks)
+                            .map(|(queue, chunk)| settle_with_retries(&shared, Kind::Delete, queue, chunk))
+                            .buffer_unordered(MAX_CALLS_IN_FLIGHT)
+                            .collect()
+                            .await;
                         let _ = done.send(confirmed.into_iter().flatten().collect());
                     });
                 }
