@@ -140,6 +140,12 @@ impl Cluster {
         if expected.is_some_and(|e| e != held.lease.incarnation) {
             return Err(CoordinationError::Conflict);
         }
+        // A lease that ran out on our own clock may already be fenced: a paused process that
+        // resumes (a zombie) must not write as if it still held it.
+        if now_ms() >= held.lease.expires_at_ms() {
+            self.lost.send_replace(true);
+            return Err(CoordinationError::Conflict);
+        }
         let mut lease = held.lease.clone();
         change(&mut lease);
         let object = lease_object(&self.config, &lease, Some(held.resource_version.clone()))?;
