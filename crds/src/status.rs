@@ -42,6 +42,14 @@ pub struct SqsSourceStatus {
     /// Default empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced_readers: Vec<String>,
+    // Integer milliseconds rather than float seconds: the coordinator measures in milliseconds,
+    // barriers are often shorter than a second, and an integer compares exactly, so re-applying
+    // the same value is never a spurious change (Kubernetes API conventions also avoid floats).
+    /// How long the last committed checkpoint epoch waited for every live reader's ack, in
+    /// milliseconds: from its close (the opening of the next epoch) to its commit, as the
+    /// coordinator saw it (exactlyOnce only). Absent until the operator saw a commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_barrier_milliseconds: Option<u64>,
     /// Throughput measured by the readers. Absent until a reader reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<Rates>,

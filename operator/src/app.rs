@@ -82,7 +82,7 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         shutdown.child_token(),
     );
 
-    let checkpoint = checkpoint::run(client.clone(), shutdown.child_token());
+    let checkpoint = checkpoint::run(client.clone(), &mut registry, shutdown.child_token());
 
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));

@@ -31,10 +31,11 @@ pub fn checkpoint(
     json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data })
 }
 
-/// The status apply: epochs, fenced readers and the CheckpointHealthy condition. `since` is the
+/// The status apply: epochs, fenced readers, the last barrier's duration and the
+/// CheckpointHealthy condition. `since` is the
 /// condition's lastTransitionTime (RFC 3339), kept while its status does not change.
 pub fn status(status: &CheckpointStatus, since: &str, generation: Option<i64>) -> Value {
-    json!({
+    let mut body = json!({
         "apiVersion": "sluice.dev/v1alpha1",
         "kind": "SqsSource",
         "status": {
@@ -50,7 +51,12 @@ pub fn status(status: &CheckpointStatus, since: &str, generation: Option<i64>) -
                 "observedGeneration": generation,
             }],
         },
-    })
+    });
+    // Left out until the first commit seen (an apply names only fields it sets).
+    if let Some(ms) = status.last_barrier_ms {
+        body["status"]["lastBarrierMilliseconds"] = json!(ms);
+    }
+    body
 }
 
 #[cfg(test)]
@@ -87,14 +93,20 @@ mod tests {
             current_epoch: 5,
             committed_epoch: 4,
             fenced_readers: vec!["r-b".into()],
+            live_readers: 1,
+            last_barrier_ms: Some(2_500),
             healthy: false,
             reason: "BarrierStalled",
             message: "waiting".into(),
         };
         let body = status(&s, "2026-11-29T22:00:00Z", Some(3));
         let st = &body["status"];
-        assert_eq!(st.as_object().unwrap().len(), 4);
+        assert_eq!(st.as_object().unwrap().len(), 5);
         assert_eq!(st["currentEpoch"], 5);
+        assert_eq!(st["lastBarrierMilliseconds"], 2_500);
+        let before_any_commit = CheckpointStatus { last_barrier_ms: None, ..s };
+        let body = status(&before_any_commit, "2026-11-29T22:00:00Z", Some(3));
+        assert!(body["status"].get("lastBarrierMilliseconds").is_none());
         assert_eq!(st["fencedReaders"][0], "r-b");
         assert_eq!(st["conditions"][0]["status"], "False");
         assert_eq!(st["conditions"][0]["observedGeneration"], 3);

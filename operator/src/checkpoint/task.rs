@@ -6,7 +6,8 @@
 //! own watch delay, whatever happens to watch connections. One tick costs one list of leases and
 //! one read of the checkpoint per source; writes happen only when something changed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -14,6 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::registry::Registry;
 use sluice_crds::checkpoint::coordinator::Action;
 use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name};
 use sluice_crds::{Guarantee, SqsSource};
@@ -21,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::FIELD_MANAGER;
 use super::body;
+use super::metrics::{Metrics, SourceLabels};
 use super::plan::{CheckpointStatus, plan, read_checkpoint};
 
 /// How often every source's checkpoint is stepped.
@@ -44,8 +47,17 @@ struct Reported {
     since: String,
 }
 
-/// Steps every exactlyOnce source each [`TICK`] until `shutdown`.
-pub async fn run(client: Client, shutdown: CancellationToken) {
+/// The coordinator task: registers its metrics into `registry` now, and returns the future that
+/// steps every exactlyOnce source each [`TICK`] until `shutdown`.
+pub fn run(
+    client: Client,
+    registry: &mut Registry,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    coordinate(client, Metrics::register(registry), shutdown)
+}
+
+async fn coordinate(client: Client, metrics: Metrics, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
@@ -63,13 +75,23 @@ pub async fn run(client: Client, shutdown: CancellationToken) {
                 continue;
             }
         };
+        let mut seen = HashSet::new();
         for source in list.items.iter().filter(|s| s.spec.delivery.guarantee == Guarantee::ExactlyOnce) {
             let key = (source.namespace().unwrap_or_default(), source.name_any());
+            seen.insert(key.clone());
             let state = reported.entry(key.clone()).or_default();
-            if let Err(error) = tick(&client, &recorder, source, state).await {
+            if let Err(error) = tick(&client, &recorder, &metrics, source, state).await {
                 tracing::warn!(namespace = %key.0, source = %key.1, %error, "checkpoint step failed");
             }
         }
+        // Sources deleted or no longer exactlyOnce: no series, no memory of them.
+        reported.retain(|key, _| {
+            let kept = seen.contains(key);
+            if !kept {
+                metrics.forget(&SourceLabels { namespace: key.0.clone(), source: key.1.clone() });
+            }
+            kept
+        });
     }
 }
 
@@ -80,6 +102,7 @@ fn now_ms() -> i64 {
 async fn tick(
     client: &Client,
     recorder: &Recorder,
+    metrics: &Metrics,
     source: &SqsSource,
     reported: &mut Reported,
 ) -> Result<(), TickError> {
@@ -99,7 +122,13 @@ async fn tick(
     let checkpoint = read_checkpoint(data, now)?;
     let existed = data.is_some_and(|d| d.contains_key("openEpoch"));
     let lease_data: Vec<_> = leases.items.iter().filter_map(|cm| cm.data.clone()).collect();
-    let step = plan(&checkpoint, existed, &lease_data, interval_ms, now);
+    // The last barrier survives intervals without a commit, and an operator restart through the
+    // status it wrote before.
+    let last_barrier_ms = match &reported.status {
+        Some(status) => status.last_barrier_ms,
+        None => source.status.as_ref().and_then(|s| s.last_barrier_milliseconds),
+    };
+    let step = plan(&checkpoint, existed, &lease_data, interval_ms, now, last_barrier_ms);
 
     if let Some(next) = &step.write {
         let rv = current.as_ref().and_then(|cm| cm.resource_version());
@@ -115,6 +144,7 @@ async fn tick(
             announce(recorder, source, action).await;
         }
     }
+    metrics.observe(&SourceLabels { namespace: namespace.clone(), source: name.clone() }, &step);
 
     if reported.status.as_ref() != Some(&step.status) {
         if reported.status.as_ref().is_none_or(|s| s.healthy != step.status.healthy) {
