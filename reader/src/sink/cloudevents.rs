@@ -21,38 +21,68 @@ use crate::record::{Payload, Record};
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The binary-mode headers for `record`, `Content-Type` and `Idempotency-Key` included.
+///
+/// Built once per delivery attempt, so it avoids per-header allocations where it can: the fixed
+/// names are static, a value needing no percent-encoding is not copied first, and `ce-id` and
+/// `Idempotency-Key` share one value.
 pub fn headers(record: &Record, event_type: &str) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    let mut put = |name: String, value: &str| {
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::try_from(name), HeaderValue::from_str(&percent_encode(value)))
-        {
-            map.entry(name).or_insert(value);
-        }
+    let mut map = HeaderMap::with_capacity(8 + record.message_attributes.len());
+    let mut put = |name: HeaderName, value: HeaderValue| {
+        map.entry(name).or_insert(value);
     };
-    put("ce-specversion".into(), "1.0");
-    put("ce-id".into(), &record.message_id);
-    put("ce-source".into(), &record.queue_url);
-    put("ce-type".into(), event_type);
-    if let Some(time) = record.sent_timestamp_ms.and_then(rfc3339) {
-        put("ce-time".into(), &time);
+    put(HeaderName::from_static("ce-specversion"), HeaderValue::from_static("1.0"));
+    let id = header_value(&record.message_id);
+    if let Some(id) = &id {
+        put(HeaderName::from_static("ce-id"), id.clone());
     }
-    put(IDEMPOTENCY_KEY.into(), &record.message_id);
+    if let Some(source) = header_value(&record.queue_url) {
+        put(HeaderName::from_static("ce-source"), source);
+    }
+    if let Some(kind) = header_value(event_type) {
+        put(HeaderName::from_static("ce-type"), kind);
+    }
+    if let Some(time) = record.sent_timestamp_ms.and_then(rfc3339).as_deref().and_then(header_value) {
+        put(HeaderName::from_static("ce-time"), time);
+    }
+    if let Some(id) = id {
+        put(HeaderName::from_static(IDEMPOTENCY_KEY), id);
+    }
     let mut content_type = None;
     for (name, value) in &record.message_attributes {
         let Some(extension) = extension_name(name) else { continue };
         if extension == "sqscontenttype" {
             content_type = Some(value.as_str());
         }
-        put(format!("ce-{extension}"), value);
+        if let (Ok(name), Some(value)) =
+            (HeaderName::try_from(format!("ce-{extension}")), header_value(value))
+        {
+            put(name, value);
+        }
     }
-    let content_type =
-        content_type.filter(|v| HeaderValue::from_str(v).is_ok()).unwrap_or(match record.payload {
+    let content_type = content_type
+        .filter(|v| HeaderValue::from_str(v).is_ok())
+        .and_then(header_value)
+        .unwrap_or(HeaderValue::from_static(match record.payload {
             Payload::Json(_) => "application/json",
             Payload::Raw => "application/octet-stream",
-        });
-    put(CONTENT_TYPE.as_str().into(), content_type);
+        }));
+    put(CONTENT_TYPE, content_type);
     map
+}
+
+/// `value` percent-encoded as the binding requires, as a header value (`None` if it cannot be one,
+/// which percent-encoding rules out in practice).
+fn header_value(value: &str) -> Option<HeaderValue> {
+    if value.bytes().all(passes_unencoded) {
+        HeaderValue::from_str(value).ok()
+    } else {
+        HeaderValue::from_str(&percent_encode(value)).ok()
+    }
+}
+
+/// Printable ASCII other than `"` and `%` (space is below the range).
+fn passes_unencoded(byte: u8) -> bool {
+    (0x21..=0x7e).contains(&byte) && byte != b'"' && byte != b'%'
 }
 
 /// The CloudEvents extension name for an SQS message attribute, or `None` if nothing of the
@@ -74,12 +104,15 @@ pub fn rfc3339(ms: i64) -> Option<String> {
 }
 
 fn percent_encode(value: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(value.len());
     for byte in value.bytes() {
-        if (0x21..=0x7e).contains(&byte) && byte != b'"' && byte != b'%' {
+        if passes_unencoded(byte) {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
     }
     out

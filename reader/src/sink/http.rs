@@ -110,7 +110,9 @@ impl HttpSink {
         let _permit = self.limit.acquire().await.map_err(|_| Failure::closed())?;
         let started = Instant::now();
         let mut headers = cloudevents::headers(record, &self.event_type);
-        headers.extend(self.extra_headers.clone());
+        if !self.extra_headers.is_empty() {
+            headers.extend(self.extra_headers.clone());
+        }
         let sent = self
             .client
             .post(self.url.clone())
