@@ -43,6 +43,8 @@ const PAUSE: Duration = Duration::from_secs(15);
 /// bottleneck: on a 2-core box it takes ~100-180 sends/s while readers consume, and the FIFO target
 /// (one message group) can only be drained one receive-and-delete at a time.
 const DRAIN_BOUND: Duration = Duration::from_secs(420);
+/// Concurrent receive-and-delete loops on the FIFO target.
+const DRAINERS: usize = 6;
 /// After everything arrived: long enough for a late (zombie or finishing) commit to show up, so a
 /// duplicate that would appear just after the counts matched is still caught.
 const SETTLE: Duration = Duration::from_secs(12);
@@ -391,7 +393,11 @@ async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
 
     let stop = CancellationToken::new();
     let fifo = Arc::new(Mutex::new(Tally::default()));
-    let drainer = drain_target(TestQueue::open(&sqs, &target.url), fifo.clone(), stop.clone());
+    // The sink spreads a standard source's messages over 16 FIFO groups; one drainer per few groups
+    // (a FIFO group is locked while any of its messages is in flight).
+    let drainers: Vec<_> = (0..DRAINERS)
+        .map(|_| drain_target(TestQueue::open(&sqs, &target.url), fifo.clone(), stop.clone()))
+        .collect();
     let fences = Arc::new(Mutex::new(BTreeSet::new()));
     let fence_watch = watch_fences(system.client.clone(), name.to_owned(), fences.clone(), stop.clone());
 
@@ -481,7 +487,9 @@ async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
     tokio::time::sleep(SETTLE).await;
     output.scan().await?;
     stop.cancel();
-    drainer.await??;
+    for drainer in drainers {
+        drainer.await??;
+    }
     fence_watch.await?;
     let rest = TestQueue::open(&sqs, &target.url).drain_bodies().await?;
     for body in &rest {

@@ -94,7 +94,9 @@ pub struct SqsSinkSpec {
         .message("spec.sinks[].sqs.region must be an AWS region code such as us-east-1: fix the spelling"))]
     pub region: Option<String>,
     /// FIFO only: MessageGroupId for forwarded messages (1-128 characters). Absent: the source
-    /// message's own group id, or the sink name when the source is a standard queue.
+    /// message's own group id; messages of a standard queue (no order to keep) are spread over 16
+    /// groups `<sink name>-00` to `-15` by their MessageId, so the target's consumers can work in
+    /// parallel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub message_group_id: Option<String>,

@@ -266,8 +266,24 @@ fn forwarded_attributes(record: &Record) -> impl Iterator<Item = (&String, &Stri
 pub enum FifoGroup {
     /// `sqs.messageGroupId`: every forwarded message in this group.
     Fixed(String),
-    /// The source message's group; this one (the sink name) for messages of a standard queue.
+    /// The source message's group; for messages of a standard queue (which have no order to keep)
+    /// one of [`SPREAD_GROUPS`] groups named after this (the sink name), chosen by the MessageId.
     SourceOr(String),
+}
+
+/// Groups a standard source's messages are spread over in a FIFO target. One group would let the
+/// target's consumers hold only one batch in flight at a time (SQS locks a group while any of its
+/// messages is in flight); a fixed set, chosen by a hash of the MessageId, lets them work in
+/// parallel while a redelivery still lands in the same group (and so is deduplicated the same way).
+pub const SPREAD_GROUPS: u64 = 16;
+
+/// `<name>-<nn>`: the spread group of a message without a group of its own.
+pub fn spread_group(name: &str, message_id: &str) -> String {
+    // FNV-1a: stable across processes and versions, unlike std's randomly seeded hasher.
+    let hash = message_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{name}-{:02}", hash % SPREAD_GROUPS)
 }
 
 /// The SendMessageBatch entry for `record` (`fifo`: `None` for a standard target), or why the
@@ -295,8 +311,11 @@ pub fn entry(
     }
     if let Some(rule) = fifo {
         let group = match rule {
-            FifoGroup::Fixed(group) => group,
-            FifoGroup::SourceOr(default) => record.group_id.as_ref().unwrap_or(default),
+            FifoGroup::Fixed(group) => group.clone(),
+            FifoGroup::SourceOr(_) if record.group_id.is_some() => {
+                record.group_id.clone().unwrap_or_default()
+            }
+            FifoGroup::SourceOr(name) => spread_group(name, &record.message_id),
         };
         entry = entry.message_group_id(group).message_deduplication_id(&record.message_id);
     }
@@ -345,7 +364,16 @@ mod tests {
         assert_eq!(e.message_deduplication_id(), Some("id-1"));
         assert_eq!(e.message_body(), "body-id-1");
         let standard_source = entry("0", &record("id-2"), Some(&source_or)).unwrap();
-        assert_eq!(standard_source.message_group_id(), Some("forward"));
+        assert_eq!(standard_source.message_group_id(), Some(spread_group("forward", "id-2").as_str()));
+        assert!(spread_group("forward", "id-2").starts_with("forward-"));
+        assert_eq!(
+            spread_group("f", "same-id"),
+            spread_group("f", "same-id"),
+            "a redelivery keeps its group"
+        );
+        let groups: std::collections::BTreeSet<String> =
+            (0..200).map(|i| spread_group("f", &format!("message-{i}"))).collect();
+        assert_eq!(groups.len(), SPREAD_GROUPS as usize, "200 ids use every spread group");
         let fixed = entry("0", &r, Some(&FifoGroup::Fixed("all".into()))).unwrap();
         assert_eq!(fixed.message_group_id(), Some("all"));
         let standard_target = entry("0", &r, None).unwrap();
