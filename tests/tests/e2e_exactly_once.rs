@@ -42,7 +42,7 @@ const PAUSE: Duration = Duration::from_secs(15);
 /// From the first send until the queue is empty and both sinks hold every message. LocalStack is the
 /// bottleneck: on a 2-core box it takes ~100-180 sends/s while readers consume, and the FIFO target
 /// (one message group) can only be drained one receive-and-delete at a time.
-const DRAIN_BOUND: Duration = Duration::from_secs(420);
+const DRAIN_BOUND: Duration = Duration::from_secs(600);
 /// Concurrent receive-and-delete loops on the FIFO target.
 const DRAINERS: usize = 6;
 /// After everything arrived: long enough for a late (zombie or finishing) commit to show up, so a
