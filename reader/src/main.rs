@@ -10,6 +10,13 @@ use sluice_reader::cli::{Args, LogFormat};
 use sluice_reader::{reader, signals, source_file, stop::Stop};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc rather than the system allocator: the reader's profile is flat, and allocation
+/// (`malloc`, `_int_malloc`, `malloc_consolidate`, `memmove`) was its largest item, about 15% of its CPU
+/// in a release profile (BENCHMARKS.md). A well-kept allocator crate cuts that without touching the
+/// pipeline; no `unsafe` is needed here.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
