@@ -187,6 +187,14 @@ fn a_spec_change_changes_the_hash_and_metadata_churn_does_not() {
     let same = valid.map(|v| build(&v).map(|c| c.config_hash));
     assert!(matches!(same, Ok(Ok(ref h)) if *h == base));
 
+    // Scaling is the autoscaler's business: new bounds do not restart the readers.
+    let mut rescaled = fixtures::source(fixtures::BASIC);
+    rescaled.spec.scaling.max_replicas += 3;
+    rescaled.spec.scaling.target_messages_per_replica += 7;
+    let valid = validate(&rescaled, Some("ghcr.io/sluice/sluice:0.1.0"));
+    let same = valid.map(|v| build(&v).map(|c| c.config_hash));
+    assert!(matches!(same, Ok(Ok(ref h)) if *h == base));
+
     let mut changed = fixtures::source(fixtures::BASIC);
     changed.spec.receive.max_messages = 5;
     let valid = validate(&changed, Some("ghcr.io/sluice/sluice:0.1.0"));

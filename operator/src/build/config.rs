@@ -31,6 +31,15 @@ pub fn render_source(valid: &Validated<'_>) -> Result<String> {
     serde_yaml::to_string(&view).map_err(|e| Error::Render(e.to_string()))
 }
 
+/// What the pods' config hash is taken over: the reader's view without `spec.scaling`, which only
+/// the operator's autoscaler reads. So changing scaling bounds or targets does not restart every
+/// reader (the ConfigMap still shows them; a running reader never rereads it).
+pub fn render_for_hash(valid: &Validated<'_>) -> Result<String> {
+    let mut view = reader_view(valid.source, &valid.name, &valid.namespace);
+    view.spec.scaling = Default::default();
+    serde_yaml::to_string(&view).map_err(|e| Error::Render(e.to_string()))
+}
+
 /// First 16 hex digits of the SHA-256 of the rendered configuration.
 pub fn config_hash(rendered: &str) -> String {
     Sha256::digest(rendered.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()

@@ -45,7 +45,7 @@ pub fn build(valid: &Validated<'_>) -> Result<Children> {
         ))
     })?;
     let rendered = render_source(valid)?;
-    let config_hash = config_hash(&rendered);
+    let config_hash = config_hash(&config::render_for_hash(valid)?);
     Ok(Children {
         config_map: config::config_map(valid, &owner, rendered),
         service_account: rbac::service_account(valid, &owner),
