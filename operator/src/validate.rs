@@ -356,6 +356,7 @@ fn check_sinks(source: &SqsSource, problems: &mut Vec<Problem>) {
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
+    let mut s3_places = std::collections::BTreeSet::new();
     for (i, sink) in spec.sinks.iter().enumerate() {
         let field = format!("spec.sinks[{i}]");
         check_sink(&field, sink, problems);
@@ -364,6 +365,19 @@ fn check_sinks(source: &SqsSource, problems: &mut Vec<Problem>) {
                 "SinkNameDuplicate",
                 format!("{field}.name"),
                 format!("sink name {:?} is used twice: give each sink its own name", sink.name),
+            ));
+        }
+        // The reader refuses this too (its object names carry reader and epoch, not the sink).
+        if let Some(s3) = &sink.s3
+            && !s3_places.insert((s3.bucket.as_str(), s3.prefix.trim_matches('/')))
+        {
+            problems.push(Problem::new(
+                "SinkS3PlaceDuplicate",
+                format!("{field}.s3.prefix"),
+                format!(
+                    "{field}.s3: bucket {:?} with prefix {:?} is already written by another s3 sink: give each s3 sink its own prefix",
+                    s3.bucket, s3.prefix
+                ),
             ));
         }
     }

@@ -79,6 +79,20 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
             let again = s.spec.sinks[0].clone();
             s.spec.sinks.push(again);
         }),
+        ("SinkS3PlaceDuplicate", |s| {
+            let s3 = sluice_crds::S3SinkSpec {
+                bucket: "out".into(),
+                prefix: "a/".into(),
+                endpoint: None,
+                region: None,
+            };
+            let mut first = s.spec.sinks[0].clone();
+            (first.log, first.s3, first.name) = (None, Some(s3.clone()), "one".into());
+            let mut second = first.clone();
+            (second.s3, second.name) =
+                (Some(sluice_crds::S3SinkSpec { prefix: "/a".into(), ..s3 }), "two".into());
+            s.spec.sinks = vec![first, second];
+        }),
         ("SinkRouteInvalid", |s| {
             s.spec.sinks[0].route = Some(sluice_crds::RouteSpec { attribute: "kind".into(), values: vec![] });
         }),

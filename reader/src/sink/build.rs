@@ -97,6 +97,7 @@ pub fn build_all(
         return Err(SinkBuildError::new("spec.sinks", "at least one sink is required"));
     }
     let mut names = BTreeSet::new();
+    let mut s3_places = BTreeSet::new();
     let mut built = Vec::with_capacity(sinks.len());
     for (i, spec) in sinks.iter().enumerate() {
         let at = format!("spec.sinks[{i}]");
@@ -104,6 +105,20 @@ pub fn build_all(
             return Err(
                 SinkBuildError::new("name", format!("{:?} is used by another sink", spec.name)).within(&at)
             );
+        }
+        // Object names carry the reader and the epoch, not the sink: two s3 sinks writing to the same
+        // place would overwrite each other's output.
+        if let Some(s3) = &spec.s3
+            && !s3_places.insert((s3.bucket.as_str(), s3.prefix.trim_matches('/')))
+        {
+            return Err(SinkBuildError::new(
+                "s3.prefix",
+                format!(
+                    "bucket {:?} with prefix {:?} is already written by another s3 sink: give each s3 sink its own prefix",
+                    s3.bucket, s3.prefix
+                ),
+            )
+            .within(&at));
         }
         let sink = build(spec, ctx).map_err(|e| e.within(&at))?;
         built.push(RoutedSink { sink, route: spec.route.clone() });
@@ -175,6 +190,10 @@ mod tests {
     #[test]
     fn builds_every_kind_with_its_epoch_support() {
         let s3 = S3SinkSpec { bucket: "out".into(), prefix: "p".into(), endpoint: None, region: None };
+        let twin = SinkSpec { s3: Some(S3SinkSpec { prefix: "/p/".into(), ..s3.clone() }), ..sink("s2") };
+        let clash = build_all(&[SinkSpec { s3: Some(s3.clone()), ..sink("s1") }, twin], None, &ctx());
+        let message = clash.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.starts_with("spec.sinks[1].s3.prefix: bucket \"out\""), "{message}");
         let specs = vec![
             http("h", "http://127.0.0.1:9/x"),
             sqs("q", "http://127.0.0.1:4566/queue/us-east-1/000000000000/out.fifo"),
