@@ -263,6 +263,7 @@ async fn join_epochs(
             let config = ClusterConfig {
                 namespace,
                 source: settings.source_name.clone(),
+                source_uid: std::env::var("SLUICE_SOURCE_UID").unwrap_or_default(),
                 pod: options.reader_id.clone(),
                 lease_duration: lease_duration(queues),
             };

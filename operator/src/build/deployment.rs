@@ -183,6 +183,9 @@ fn env(valid: &Validated<'_>) -> Vec<EnvVar> {
         field_ref("POD_NAME", "metadata.name"),
         field_ref("POD_NAMESPACE", "metadata.namespace"),
         value("SLUICE_SOURCE", &valid.name),
+        // The readers make the SqsSource the owner of their lease ConfigMaps, so deleting the source
+        // removes them (the readers create them, so they cannot be among the operator's children).
+        value("SLUICE_SOURCE_UID", valid.source.metadata.uid.as_deref().unwrap_or_default()),
         value("RUST_LOG", spec.reader.log_level.as_deref().unwrap_or(DEFAULT_LOG_LEVEL)),
     ];
     env.extend(credential_env(&spec.credentials));

@@ -18,6 +18,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use sluice_crds::checkpoint::{
@@ -40,6 +41,9 @@ pub struct ClusterConfig {
     pub namespace: String,
     /// The SqsSource name.
     pub source: String,
+    /// The SqsSource's uid (env `SLUICE_SOURCE_UID`, set by the operator): the lease ConfigMap's
+    /// owner, so the garbage collector removes it with the source. Empty: no owner.
+    pub source_uid: String,
     pub pod: String,
     /// Must be shorter than the queue's visibility timeout (PROTOCOL.md "lease and visibility").
     pub lease_duration: Duration,
@@ -79,6 +83,18 @@ pub fn lease_object(
                 (SOURCE_LABEL.to_owned(), config.source.clone()),
                 (ROLE_LABEL.to_owned(), "lease".to_owned()),
             ])),
+            owner_references: (!config.source_uid.is_empty()).then(|| {
+                vec![OwnerReference {
+                    api_version: <sluice_crds::SqsSource as kube::Resource>::api_version(&()).into_owned(),
+                    kind: <sluice_crds::SqsSource as kube::Resource>::kind(&()).into_owned(),
+                    name: config.source.clone(),
+                    uid: config.source_uid.clone(),
+                    // Not blocking: that would need `update` on the source's finalizers, which
+                    // readers are not granted; and not the controller (the operator is not).
+                    block_owner_deletion: None,
+                    controller: None,
+                }]
+            }),
             resource_version,
             ..ObjectMeta::default()
         },
@@ -431,6 +447,7 @@ mod tests {
         ClusterConfig {
             namespace: "ns".into(),
             source: "orders".into(),
+            source_uid: "uid-1".into(),
             pod: "orders-reader-x".into(),
             lease_duration: Duration::from_secs(10),
         }
@@ -445,6 +462,9 @@ mod tests {
         let labels = cm.metadata.labels.unwrap();
         assert_eq!(labels[SOURCE_LABEL], "orders");
         assert_eq!(labels[ROLE_LABEL], "lease");
+        let owners = cm.metadata.owner_references.clone().unwrap();
+        assert_eq!((owners[0].kind.as_str(), owners[0].uid.as_str()), ("SqsSource", "uid-1"));
+        assert_eq!(owners[0].block_owner_deletion, None, "readers may not block the source's deletion");
         assert_eq!(Lease::from_data(&cm.data.unwrap()).unwrap(), lease);
     }
 
