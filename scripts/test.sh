@@ -55,6 +55,9 @@ trap 'exit 143' TERM
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
+step "dependency graph: one HTTP stack, one TLS provider"
+bash scripts/check-deps.sh
+
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 

@@ -54,8 +54,6 @@ impl std::fmt::Debug for AppError {
 /// Runs the operator until SIGTERM/SIGINT, or until leadership is lost.
 pub async fn run(cli: Cli) -> Result<(), AppError> {
     telemetry::init(cli.log_format).map_err(AppError::Logging)?;
-    // kube's TLS (ring) and the AWS SDK's (aws-lc-rs) are both compiled in; rustls refuses to guess.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = Client::try_default().await?;
     let shutdown = CancellationToken::new();
     watch_signals(shutdown.clone())?;

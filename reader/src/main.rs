@@ -20,8 +20,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    // kube's TLS (ring) and the AWS SDK's (aws-lc-rs) are both compiled in; rustls refuses to guess.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

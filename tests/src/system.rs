@@ -268,7 +268,6 @@ async fn wait_for_file(path: &Path, timeout: Duration) -> Result<()> {
 
 /// A client that is replaced before use; building the real one needs the control plane's URL first.
 fn placeholder_client() -> Result<kube::Client> {
-    crate::controlplane::install_crypto_provider();
     let config = kube::Config::new("http://127.0.0.1:9".parse()?);
     Ok(kube::Client::try_from(config)?)
 }

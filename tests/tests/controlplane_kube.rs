@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use sluice_tests::controlplane::error::Cause;
-use sluice_tests::controlplane::{Config, ControlPlane, install_crypto_provider};
+use sluice_tests::controlplane::{Config, ControlPlane};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -220,7 +220,6 @@ async fn kubeconfig_file_reaches_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     cp.write_kubeconfig(&path).unwrap();
-    install_crypto_provider();
     let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
     let cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();

@@ -12,7 +12,6 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
-use sluice_tests::controlplane::install_crypto_provider;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -30,7 +29,6 @@ async fn wait_for_file(path: &Path) -> String {
 }
 
 async fn client_from(kubeconfig: &Path) -> kube::Client {
-    install_crypto_provider();
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
     let cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();

@@ -343,8 +343,6 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move { axum::serve(listener, router).await });
-        // As main.rs does: kube's TLS and the AWS SDK's are both compiled in.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
 
         let total = rate(Some(60), None, 1);

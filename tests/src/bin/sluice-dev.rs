@@ -106,8 +106,6 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    // kube and the AWS SDK both bring a rustls provider; pick one, as the operator and reader do.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
     let client = sqs_client(&args.endpoint);
     match args.command {

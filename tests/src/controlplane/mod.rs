@@ -53,4 +53,4 @@ pub mod sluice;
 pub mod store;
 pub mod validate;
 
-pub use server::{Config, ControlPlane, install_crypto_provider};
+pub use server::{Config, ControlPlane};

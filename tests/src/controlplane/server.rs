@@ -84,7 +84,6 @@ impl ControlPlane {
 
     /// A kube client for this server (default namespace `default`).
     pub fn client(&self) -> anyhow::Result<kube::Client> {
-        install_crypto_provider();
         let uri: http::Uri = self.url().parse()?;
         Ok(kube::Client::try_from(kube::Config::new(uri))?)
     }
@@ -111,11 +110,4 @@ impl ControlPlane {
             Err(_) => Err(std::io::Error::other("the control plane did not stop within 10 s")),
         }
     }
-}
-
-/// Picks ring as rustls's process-wide provider. Both ring (kube) and aws-lc-rs (AWS SDK) are compiled
-/// into this crate, and rustls refuses to guess between them; any process building a `kube::Client`
-/// next to the AWS SDK must call this (or install one itself) first. Idempotent.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
