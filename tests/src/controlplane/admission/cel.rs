@@ -12,7 +12,7 @@
 //! that use it fail, as with the API server's lazy evaluation.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kube::core::cel::KubeCelExt;
 use kube::core::cel::cel::objects::{Key, Map};
@@ -63,15 +63,36 @@ impl Activation {
     }
 
     fn run(&self, expression: &str) -> Result<CelValue, String> {
-        let program = Program::compile(expression)
-            .map_err(|e| format!("compilation failed for '{expression}': {e}"))?;
-        program.execute(&self.context).map_err(|e| format!("expression '{expression}' failed: {e}"))
+        compiled(expression)?
+            .execute(&self.context)
+            .map_err(|e| format!("expression '{expression}' failed: {e}"))
     }
 
     fn bind_variables(&mut self) {
         let map = CelValue::Map(Map { map: Arc::new(self.variables.clone()) });
         self.context.add_variable_from_value("variables", map);
     }
+}
+
+/// Compiled programs by expression text. Why: parsing is most of an evaluation's cost, and it
+/// happens under the store's lock, on every ConfigMap write; the policies' expressions are few.
+fn compiled(expression: &str) -> Result<Arc<Program>, String> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Program>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    let lock = || cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(program) = lock().get(expression) {
+        return Ok(Arc::clone(program));
+    }
+    let program = Arc::new(
+        Program::compile(expression).map_err(|e| format!("compilation failed for '{expression}': {e}"))?,
+    );
+    let mut cache = lock();
+    // Bounded: policies that change all the time only cost recompiling.
+    if cache.len() >= 1024 {
+        cache.clear();
+    }
+    cache.insert(expression.to_owned(), Arc::clone(&program));
+    Ok(program)
 }
 
 fn type_name(v: &CelValue) -> &'static str {
