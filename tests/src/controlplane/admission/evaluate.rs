@@ -55,7 +55,8 @@ pub fn evaluate(policies: &[Value], bindings: &[Value], request: &Request<'_>) -
         if binding.spec.validation_actions.iter().any(|a| a == "Deny") {
             return Err(denied(request, &refusal.reason, message));
         }
-        tracing::warn!("{message} (binding action {:?}: not enforced)", binding.spec.validation_actions);
+        let actions = binding.spec.validation_actions.join(", ");
+        tracing::warn!("{message} (binding actions [{actions}]: not enforced)");
     }
     Ok(())
 }
