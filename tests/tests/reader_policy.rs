@@ -275,6 +275,17 @@ async fn with_a_reader_token_the_control_plane_refuses_what_the_policy_denies() 
     cp.shutdown().await.unwrap();
 }
 
+/// A shell "pod" of ServiceAccount `<source>-reader` that prints the KUBECONFIG it was given.
+fn shell_deployment(name: &str, replicas: i32, automount: bool) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "serviceAccountName": format!("{SOURCE}-reader"), "automountServiceAccountToken": automount,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "ignored", "command": ["/bin/sh", "-c"],
+                    "args": ["echo \"kubeconfig=$KUBECONFIG\"; while true; do sleep 0.1; done"]}]}}}})
+}
+
 /// What `check` finds, polled every 100 ms for up to 20 s (the runner works in ticks).
 async fn found<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     for _ in 0..200 {
@@ -287,38 +298,32 @@ async fn found<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 }
 
 #[tokio::test]
-async fn the_runner_mounts_each_pod_a_token_bound_to_it() {
+async fn the_runner_mounts_each_pod_a_token_bound_to_it_unless_it_opts_out() {
     let (cp, admin) = control_plane().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = kubelet::Config::in_dir(dir.path());
     config.api_url = Some(cp.url());
     config.tick = Duration::from_millis(100);
     let runner = Kubelet::start(admin.clone(), config).unwrap();
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": format!("{SOURCE}-reader"), "namespace": NS},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "r"}},
-            "template": {"metadata": {"labels": {"app": "r"}}, "spec": {
-                "serviceAccountName": format!("{SOURCE}-reader"), "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "reader", "image": "ignored", "command": ["/bin/sh", "-c"],
-                    "args": ["echo \"kubeconfig=$KUBECONFIG\"; while true; do sleep 0.1; done"]}]}}}});
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), NS);
-    deployments
-        .patch(&format!("{SOURCE}-reader"), &PatchParams::apply("test"), &Patch::Apply(deployment))
-        .await
-        .unwrap();
+    let apply = |name: String, body: Value| {
+        let deployments = deployments.clone();
+        async move { deployments.patch(&name, &PatchParams::apply("test"), &Patch::Apply(body)).await.unwrap() }
+    };
+    apply(format!("{SOURCE}-reader"), shell_deployment(&format!("{SOURCE}-reader"), 2, true)).await;
     let pods = found("two running pods", || {
         Some(runner.pods()).filter(|p| p.iter().filter(|p| p.pid.is_some()).count() == 2)
     })
     .await;
+    let kubeconfig_of = |pod: &kubelet::PodInfo| {
+        let log = std::fs::read_to_string(&pod.log).ok()?;
+        log.lines().find_map(|l| l.strip_prefix("kubeconfig=")).map(str::to_owned)
+    };
 
     let mut clients = Vec::new();
     for me in &pods {
         // The process got its own kubeconfig in KUBECONFIG, not the runner's.
-        let log = found("the kubeconfig line", || {
-            std::fs::read_to_string(&me.log).ok().filter(|l| l.contains("kubeconfig="))
-        })
-        .await;
-        let path = log.lines().find_map(|l| l.strip_prefix("kubeconfig=")).unwrap().to_owned();
+        let path = found("the kubeconfig line", || kubeconfig_of(me)).await;
         assert!(path.contains(&me.name), "{path}");
         let as_pod: Api<ConfigMap> = Api::namespaced(client_from_kubeconfig(Path::new(&path)).await, NS);
         let own: ConfigMap = serde_json::from_value(lease(SOURCE, &me.name)).unwrap();
@@ -332,6 +337,17 @@ async fn the_runner_mounts_each_pod_a_token_bound_to_it() {
         let e = api_error(as_pod.replace(&name, &PostParams::default(), &stolen).await);
         assert!(e.message.contains("rule own-lease-only:") && e.message.contains(&me.name), "{}", e.message);
     }
+
+    // A pod that opts out of the token gets none: its KUBECONFIG names no file, as such a pod has
+    // no credentials.
+    apply(format!("{SOURCE}-quiet"), shell_deployment(&format!("{SOURCE}-quiet"), 1, false)).await;
+    let quiet = found("the quiet pod", || {
+        runner.pods().into_iter().find(|p| p.deployment == format!("{SOURCE}-quiet") && p.pid.is_some())
+    })
+    .await;
+    let path = found("the quiet pod's kubeconfig line", || kubeconfig_of(&quiet)).await;
+    assert!(path.contains(&quiet.name) && !Path::new(&path).exists(), "{path}");
+    assert!(!Path::new(&path).with_file_name("token").exists(), "{path}");
     runner.shutdown().await;
     cp.shutdown().await.unwrap();
 }
