@@ -38,7 +38,8 @@ pub struct System {
 }
 
 impl System {
-    /// Starts the control plane and its process runner, and installs the CRD. `bin_dir` holds
+    /// Starts the control plane and its process runner, and installs the CRD and the reader
+    /// policy. `bin_dir` holds
     /// `sluice-localcp`, `sluice-operator` and `sluice-reader` (e.g. `target/debug`); `state_dir` gets
     /// the kubeconfig, the pod logs and the operator log.
     pub async fn start(bin_dir: &Path, state_dir: &Path) -> Result<Self> {
@@ -90,6 +91,9 @@ impl System {
         .await?;
         system.client = kube::Client::try_from(config)?;
         system.install_crd().await?;
+        // As `kubectl apply -k deploy/kustomize/` installs it with the operator: readers may write
+        // only their own leases, which the control plane enforces for the tokens its runner mounts.
+        crate::controlplane::sluice::install_reader_policy(&system.client).await?;
         Ok(system)
     }
 

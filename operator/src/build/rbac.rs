@@ -5,8 +5,22 @@
 //! compare-and-swap), and lists its peers' leases by label to honour their committed ids
 //! (DESIGN.md section 3). RBAC cannot restrict `create` or label-selected `list` by name, and lease
 //! names carry the pod name, which is not known when the Role is written; so the rule is on
-//! ConfigMaps of the source's namespace, and it grants no `delete` and nothing else. Put sources
-//! that must not see each other's ConfigMaps in different namespaces.
+//! ConfigMaps of the source's namespace, and it grants no `delete` and nothing else.
+//!
+//! What RBAC cannot say, the ValidatingAdmissionPolicy `reader-own-lease.sluice.dev`
+//! (deploy/policy/, installed with the operator) does: a reader may create, update or patch only
+//! its own lease, labelled as a lease of its source and owned by that SqsSource alone, and nothing
+//! else; above all not the checkpoint ConfigMap, which only the operator writes (a forged commit
+//! would let readers delete undelivered messages). How the policy knows a reader: by the
+//! ServiceAccount name `<source>-reader` that `service_account` gives it. That name is the only
+//! part of a request that the API server authenticates and a policy can see, and it also says which
+//! source, hence which lease prefix, the caller has; the pod comes from the pod-bound token
+//! (`userInfo.extra["authentication.kubernetes.io/pod-name"]`), so the caller's own lease is
+//! `<source>-lease-<pod>` and a peer's lease is not. The alternatives fail: labels on the
+//! ServiceAccount or the pod are invisible to admission, labels on the written object are chosen
+//! by the writer, and the namespace is shared with applications. The price: any ServiceAccount
+//! named `*-reader` is held to the reader rules for ConfigMap writes; exempt namespaces with a
+//! `namespaceSelector` on the binding if that bites (deploy/README.md).
 //!
 //! The operator can create this Role only because it holds every permission the Role grants
 //! (Kubernetes' escalation check); `tests/rbac_trace.rs` checks that too.

@@ -15,7 +15,8 @@ use sluice_tests::controlplane::{self, ControlPlane};
 use sluice_tests::kubelet::{self, Kubelet};
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Local Kubernetes control plane for Sluice tests and demos (plain HTTP, no auth, loopback only).
+/// Local Kubernetes control plane for Sluice tests and demos (plain HTTP, loopback only; no token
+/// means the administrator, pods get ServiceAccount tokens).
 #[derive(Debug, Parser)]
 #[command(name = "sluice-localcp")]
 struct Args {
@@ -83,6 +84,7 @@ async fn main() -> Result<()> {
         cfg.bin_dir = args.bin_dir.clone();
         cfg.namespace = args.namespace.clone();
         cfg.pod_objects = !args.no_pod_objects;
+        cfg.api_url = Some(cp.url());
         Some(Kubelet::start(cp.client()?, cfg).context("starting the process runner")?)
     } else {
         None

@@ -1,7 +1,7 @@
 //! The kubeconfig that points clients at the local control plane.
 //!
 //! `kube::Client::try_default()` (through `KUBECONFIG`) and kubectl both need a file, not a URL; plain
-//! HTTP with an empty user means no authentication at all, which is what the server checks.
+//! HTTP with an empty user sends no token, which the server takes for the administrator.
 
 use std::path::Path;
 

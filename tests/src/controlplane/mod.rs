@@ -13,14 +13,25 @@
 //! runtime to every Rust test. Writing the store here keeps it small, in Rust, and testable.
 //!
 //! Layout: [`store`] is the pure state machine (objects, resourceVersions, history, apply, GC);
-//! [`http`] maps URLs and verbs onto it and streams watches; [`server`] starts and stops it;
-//! [`kubeconfig`] writes the file `kube::Client::try_default()` and kubectl read; [`sluice`] wires
-//! the SqsSource validator.
+//! [`http`] maps URLs and verbs onto it, authenticates callers and streams watches; [`admission`]
+//! evaluates ValidatingAdmissionPolicies; [`server`] starts and stops it; [`kubeconfig`] writes the
+//! file `kube::Client::try_default()` and kubectl read; [`sluice`] wires the SqsSource validator and
+//! installs the reader policy of deploy/policy/.
+//!
+//! Who is asking: a request without a token is the administrator (the kubeconfig it writes has no
+//! user); a bearer token issued through the TokenRequest API (`serviceaccounts/<name>/token`, which
+//! the process runner calls for each pod, as a kubelet does) is that ServiceAccount, with the bound
+//! pod in `userInfo.extra` ([`http::auth`]). ValidatingAdmissionPolicies and their bindings are
+//! stored like any object and evaluated with CEL on every create, update and delete of any served
+//! kind, after patches are applied and before the write is stored ([`admission`]), so the
+//! end-to-end suites run with the reader policy in force.
 //!
 //! Behaviours it does NOT reproduce:
-//! - authentication, authorization (RBAC objects are stored but never enforced), admission webhooks,
-//!   quotas, limit ranges, pod security, and the OpenAPI schema / CEL validation of CRDs (a per-kind
-//!   Rust hook, [`validate`], stands in for validation);
+//! - authorization (RBAC objects are stored but never enforced: a ServiceAccount may read and, as
+//!   far as admission lets it, write everything), token expiry and JWTs, admission webhooks,
+//!   mutating policies, policy `params` and selectors (see [`admission`]), quotas, limit ranges, pod
+//!   security, and the OpenAPI schema / CEL validation of CRDs (a per-kind Rust hook, [`validate`],
+//!   stands in for validation);
 //! - defaulting (no `replicas: 1`, `strategy`, `imagePullPolicy`… filled in) and version conversion
 //!   (one stored version per resource; other served versions only relabel `apiVersion`);
 //! - namespaces are not required to exist, and deleting a namespace does not delete its contents;
@@ -40,6 +51,7 @@
 //!   plays that part), no scheduling, no `exec`/`logs`/`port-forward`, no aggregation, no protobuf, no HTTP/2
 //!   or TLS.
 
+pub mod admission;
 pub mod clock;
 pub mod error;
 pub mod fields;

@@ -100,6 +100,22 @@ impl Registry {
             b("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, false),
             b("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, false),
             b("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, false),
+            b(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicy",
+                false,
+                true,
+            ),
+            b(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+                false,
+                false,
+            ),
             b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, true).short(&["pdb"]),
             b("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, true)
                 .short(&["hpa"]),

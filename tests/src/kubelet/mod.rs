@@ -7,7 +7,10 @@
 //! volumes written to a local directory whose path replaces the `mountPath` in args and env. It restarts
 //! crashed processes with backoff, stops surplus ones with SIGTERM then SIGKILL after
 //! `terminationGracePeriodSeconds`, rolls pods when the template changes (start new, retire old as the
-//! new become ready), writes the Deployment status, and optionally mirrors pods as Pod objects.
+//! new become ready), writes the Deployment status, and optionally mirrors pods as Pod objects. Given
+//! the API server's URL, it mounts each pod a token of its `serviceAccountName` bound to the pod
+//! and points the process's `KUBECONFIG` at it ([`serviceaccount`]), so readers reach the API as
+//! their own ServiceAccount, not as the runner.
 //!
 //! Not reproduced: ReplicaSets, probes (a pod is ready once its process has run for `ready_after`),
 //! resources and limits, init and sidecar containers (only the first container runs), image entrypoints
@@ -19,6 +22,7 @@ mod plan;
 mod podobject;
 mod process;
 mod runner;
+pub mod serviceaccount;
 pub mod template;
 mod volumes;
 
@@ -55,6 +59,10 @@ pub struct Config {
     pub pod_objects: bool,
     /// Also write the pod list as JSON here after every tick (for tests that run the binary).
     pub pods_file: Option<PathBuf>,
+    /// URL of the API server for the pods' own kubeconfigs: with it, each pod gets a token of its
+    /// ServiceAccount ([`serviceaccount`]); `None`: processes inherit the runner's environment
+    /// (and so its `KUBECONFIG`, if any).
+    pub api_url: Option<String>,
 }
 
 impl Config {
@@ -71,6 +79,7 @@ impl Config {
             max_backoff: Duration::from_secs(10),
             pod_objects: true,
             pods_file: Some(dir.join("pods.json")),
+            api_url: None,
         }
     }
 }

@@ -25,7 +25,7 @@ use super::process::Process;
 use super::template::{
     PodIdentity, PodPlan, plan, resolve_env, resolve_program, rewrite_listen_addr, rewrite_mounts,
 };
-use super::{Config, PodInfo, podobject, volumes};
+use super::{Config, PodInfo, podobject, serviceaccount, volumes};
 use crate::controlplane::clock::random_suffix;
 
 /// `(namespace, name)` of a Deployment.
@@ -245,6 +245,7 @@ impl Runner {
     async fn start(&mut self, key: &Key, index: usize) {
         let client = self.client.clone();
         let bin_dir = self.config.bin_dir.clone();
+        let api_url = self.config.api_url.clone();
         let Some(p) = self.pods.get_mut(key).and_then(|pods| pods.get_mut(index)) else { return };
         let mounts = match volumes::materialize(&client, &p.namespace, &p.plan.config_maps, &p.dir).await {
             Ok(m) => m,
@@ -254,9 +255,32 @@ impl Runner {
                 return;
             }
         };
-        let identity =
-            PodIdentity { name: p.name.clone(), namespace: p.namespace.clone(), uid: p.uid.clone() };
-        let env = resolve_env(&p.plan, &identity, &mounts);
+        let mut env_extra = Vec::new();
+        if let Some(url) = &api_url {
+            if p.plan.automount_token {
+                let who = serviceaccount::Binding {
+                    namespace: &p.namespace,
+                    service_account: &p.plan.service_account,
+                    pod: &p.name,
+                    pod_uid: &p.uid,
+                };
+                if let Err(e) = serviceaccount::mount(&client, url, &who, &p.dir).await {
+                    tracing::warn!(pod = %p.name, error = %e, "no ServiceAccount token yet; will retry");
+                    p.restart_at = Some(Instant::now() + Duration::from_secs(1));
+                    return;
+                }
+            }
+            let kubeconfig = serviceaccount::kubeconfig_path(&p.dir);
+            env_extra.push(("KUBECONFIG".to_owned(), kubeconfig.to_string_lossy().into_owned()));
+        }
+        let identity = PodIdentity {
+            name: p.name.clone(),
+            namespace: p.namespace.clone(),
+            uid: p.uid.clone(),
+            service_account: p.plan.service_account.clone(),
+        };
+        let mut env = resolve_env(&p.plan, &identity, &mounts);
+        env.extend(env_extra);
         let args: Vec<String> =
             p.plan.args.iter().map(|a| rewrite_listen_addr(&rewrite_mounts(a, &mounts))).collect();
         let program = resolve_program(&p.plan.program, bin_dir.as_deref());

@@ -53,6 +53,11 @@ pub struct PodPlan {
     pub grace_seconds: u64,
     /// Labels of the template (copied onto Pod objects).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// `serviceAccountName` (default `default`): whose token the pod gets.
+    pub service_account: String,
+    /// `automountServiceAccountToken` of the pod (default true; the ServiceAccount's own setting
+    /// is not read).
+    pub automount_token: bool,
 }
 
 /// A stable hash of the template, in the pod-name alphabet.
@@ -133,6 +138,12 @@ pub fn plan(deploy: &Deployment) -> Result<PodPlan, String> {
             .termination_grace_period_seconds
             .map_or(30, |s| u64::try_from(s).unwrap_or(0)),
         labels: template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default(),
+        service_account: pod_spec
+            .service_account_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".to_owned()),
+        automount_token: pod_spec.automount_service_account_token.unwrap_or(true),
     })
 }
 
@@ -145,6 +156,8 @@ pub struct PodIdentity {
     pub namespace: String,
     /// Pod uid (of the Pod object, when one is created).
     pub uid: String,
+    /// `spec.serviceAccountName`.
+    pub service_account: String,
 }
 
 /// Resolves a `fieldRef` path; `None` for paths the runner does not know.
@@ -154,7 +167,7 @@ pub fn field_value(path: &str, pod: &PodIdentity) -> Option<String> {
         "metadata.namespace" => Some(pod.namespace.clone()),
         "metadata.uid" => Some(pod.uid.clone()),
         "spec.nodeName" => Some("localhost".to_owned()),
-        "spec.serviceAccountName" => Some("default".to_owned()),
+        "spec.serviceAccountName" => Some(pod.service_account.clone()),
         "status.podIP" | "status.hostIP" => Some("127.0.0.1".to_owned()),
         _ => None,
     }
@@ -249,8 +262,13 @@ mod tests {
         assert_eq!(p.grace_seconds, 5);
         assert_eq!(p.config_maps[0].config_map, "src-config");
         assert_eq!(p.hash.len(), 10);
-        let pod =
-            PodIdentity { name: "src-reader-abc-xyz12".into(), namespace: "ns".into(), uid: "u".into() };
+        assert_eq!((p.service_account.as_str(), p.automount_token), ("default", true));
+        let pod = PodIdentity {
+            name: "src-reader-abc-xyz12".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            service_account: p.service_account.clone(),
+        };
         let mounts = vec![("/etc/sluice".to_owned(), PathBuf::from("/tmp/run/pod/cfg"))];
         let env = resolve_env(&p, &pod, &mounts);
         assert_eq!(

@@ -5,6 +5,7 @@
 //! held across an `.await`; every write publishes the new resourceVersion on a `tokio::sync::watch`
 //! channel that open watch streams wait on.
 
+pub mod auth;
 pub mod discovery;
 pub mod path;
 mod watch;
@@ -22,6 +23,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use self::path::{ResourcePath, Route};
+use super::admission::UserInfo;
 use super::error::ApiError;
 use super::patch::PatchKind;
 use super::registry::ResourceType;
@@ -38,6 +40,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// `host:port` the server listens on, for discovery.
     pub address: String,
+    /// Bearer tokens issued through TokenRequests, and their users.
+    pub tokens: auth::Tokens,
 }
 
 impl Shared {
@@ -50,12 +54,18 @@ impl Shared {
             bookmark_interval,
             shutdown: CancellationToken::new(),
             address,
+            tokens: auth::Tokens::default(),
         }
     }
 
     /// Locks the store (a poisoned lock is recovered: the store has no invariants spanning a panic).
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs a write on behalf of `user` (whose writes are admitted) and wakes the watches.
+    pub fn write_as<T>(&self, user: &UserInfo, f: impl FnOnce(&mut Store) -> T) -> T {
+        self.write(|s| s.as_user(user.clone(), f))
     }
 
     /// Runs a write and wakes the watches.
@@ -86,7 +96,11 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match route(&shared, &method, uri.path(), &params, &headers, &body) {
+    let user = match shared.tokens.authenticate(&headers) {
+        Ok(user) => user,
+        Err(e) => return error_response(&e),
+    };
+    match route(&shared, &user, &method, uri.path(), &params, &headers, &body) {
         Ok(Reply::Json(code, v)) => (code, axum::Json(v)).into_response(),
         Ok(Reply::Watch(w)) => watch::respond(shared, *w),
         Err(e) => error_response(&e),
@@ -110,6 +124,7 @@ fn error_response(e: &ApiError) -> Response {
 
 fn route(
     shared: &Shared,
+    user: &UserInfo,
     method: &Method,
     path: &str,
     params: &Params,
@@ -136,7 +151,7 @@ fn route(
                 .ok_or_else(not_found)
                 .map(Reply::from_json)
         }
-        Route::Resource(p) => resource(shared, method, &p, params, headers, body),
+        Route::Resource(p) => resource(shared, user, method, &p, params, headers, body),
         Route::Unknown => Err(not_found()),
     }
 }
@@ -149,6 +164,7 @@ impl Reply {
 
 fn resource(
     shared: &Shared,
+    user: &UserInfo,
     method: &Method,
     p: &ResourcePath,
     params: &Params,
@@ -163,25 +179,30 @@ fn resource(
     let sub = match p.subresource.as_deref() {
         None => Subresource::Main,
         Some("status") if rt.has_status => Subresource::Status,
+        Some("token") if rt.group.is_empty() && rt.plural == "serviceaccounts" && *method == Method::POST => {
+            let name = p.name.as_deref().unwrap_or_default();
+            let issued = shared.tokens.issue(&shared.store(), user, ns, name, &parse_body(body)?)?;
+            return Ok(Reply::Json(StatusCode::CREATED, issued));
+        }
         Some(other) => return Err(ApiError::not_found(&format!("{}/{other}", rt.qualified_name()), "")),
     };
     let Some(name) = p.name.as_deref() else {
-        return collection(shared, method, &rt, p.namespace.as_deref(), params, body);
+        return collection(shared, user, method, &rt, p.namespace.as_deref(), params, body);
     };
     match *method {
         Method::GET => ok(shared.store().get(&rt, ns, name)?),
-        Method::PUT => ok(shared.write(|s| s.replace(&rt, ns, name, parse_body(body)?, sub))?),
+        Method::PUT => ok(shared.write_as(user, |s| s.replace(&rt, ns, name, parse_body(body)?, sub))?),
         Method::PATCH => {
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             let force = params.get("force").is_some_and(|f| f == "true");
             let kind =
                 PatchKind::from_content_type(ct, params.get("fieldManager").map(String::as_str), force)?;
             let patch = parse_body(body)?;
-            ok(shared.write(|s| s.patch(&rt, ns, name, &kind, &patch, sub))?)
+            ok(shared.write_as(user, |s| s.patch(&rt, ns, name, &kind, &patch, sub))?)
         }
         Method::DELETE => {
             let (prop, precondition) = delete_options(params, body)?;
-            ok(shared.write(|s| s.delete(&rt, ns, name, prop, precondition.as_deref()))?)
+            ok(shared.write_as(user, |s| s.delete(&rt, ns, name, prop, precondition.as_deref()))?)
         }
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported on an object"))),
     }
@@ -189,6 +210,7 @@ fn resource(
 
 fn collection(
     shared: &Shared,
+    user: &UserInfo,
     method: &Method,
     rt: &ResourceType,
     ns: Option<&str>,
@@ -210,12 +232,12 @@ fn collection(
         }
         Method::POST => {
             let obj = parse_body(body)?;
-            let created = shared.write(|s| s.create(rt, ns.unwrap_or(""), obj))?;
+            let created = shared.write_as(user, |s| s.create(rt, ns.unwrap_or(""), obj))?;
             Ok(Reply::Json(StatusCode::CREATED, created))
         }
         Method::DELETE => {
             let (prop, _) = delete_options(params, body)?;
-            let deleted = shared.write(|s| {
+            let deleted = shared.write_as(user, |s| {
                 let (items, rv) = s.list(rt, ns, &selectors);
                 let names: Vec<(String, String)> = items
                     .iter()

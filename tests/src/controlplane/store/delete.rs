@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::{EventType, ObjKey, Store, TypeKey, is_crd, meta_mut, meta_str, present};
+use super::{EventType, ObjKey, Store, Subresource, TypeKey, is_crd, meta_mut, meta_str, present};
+use crate::controlplane::admission::Operation;
 use crate::controlplane::clock::now_rfc3339;
 use crate::controlplane::error::{ApiError, Result};
 use crate::controlplane::registry::ResourceType;
@@ -58,6 +59,7 @@ impl Store {
         {
             return Err(ApiError::conflict(&rt.qualified_name(), name));
         }
+        self.admit(Operation::Delete, rt, Subresource::Main, ns, name, None, Some(&obj))?;
         let uid = meta_str(&obj, "uid").unwrap_or("").to_owned();
         let ns = if rt.namespaced { ns } else { "" };
         match propagation {

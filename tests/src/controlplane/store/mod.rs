@@ -20,6 +20,7 @@ pub use delete::Propagation;
 pub use history::{Event, EventType, History};
 pub use update::Subresource;
 
+use super::admission::{Operation, UserInfo};
 use super::clock::{new_uid, now_rfc3339, random_suffix};
 use super::error::{ApiError, Cause, Result};
 use super::registry::{Registry, ResourceType};
@@ -42,6 +43,8 @@ pub struct Store {
     rv: u64,
     history: History,
     validators: Validators,
+    /// Whose request the store is serving, for admission (see [`Store::as_user`]).
+    pub(crate) user: UserInfo,
 }
 
 impl Default for Store {
@@ -60,6 +63,7 @@ impl Store {
             rv: 0,
             history: History::new(history),
             validators: Validators::default(),
+            user: UserInfo::admin(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let rt = s.registry.find("", "v1", "namespaces").cloned();
@@ -161,6 +165,7 @@ impl Store {
         }
         self.initial_status(rt, &mut obj)?;
         self.validate(rt, &obj, &name)?;
+        self.admit(Operation::Create, rt, Subresource::Main, ns, &name, Some(&obj), None)?;
         if is_crd(rt) {
             self.registry.register_crd(&obj).map_err(|m| invalid(rt, &name, "spec", &m))?;
         }

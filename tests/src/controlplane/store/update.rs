@@ -9,6 +9,7 @@
 use serde_json::{Value, json};
 
 use super::{EventType, Store, meta_mut, meta_str, present};
+use crate::controlplane::admission::Operation;
 use crate::controlplane::error::{ApiError, Result};
 use crate::controlplane::patch::{PatchKind, apply_patch};
 use crate::controlplane::registry::ResourceType;
@@ -114,6 +115,8 @@ impl Store {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             meta_mut(&mut merged).insert("generation".into(), json!(generation + 1));
         }
+        // Admitted even when it changes nothing, as by the API server (admission precedes storage).
+        self.admit(Operation::Update, rt, sub, ns, name, Some(&merged), Some(&old))?;
         if comparable(&old) == comparable(&merged) {
             return Ok(present(rt, &old));
         }
