@@ -31,6 +31,8 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
+    ApiCall::new("policy", "poddisruptionbudgets", "patch"),
+    ApiCall::new("policy", "poddisruptionbudgets", "create"),
     // Every child names the source as its controller with blockOwnerDeletion, which the
     // OwnerReferencesPermissionEnforcement admission plugin authorizes as this.
     ApiCall::new("sluice.dev", "sqssources/finalizers", "update"),
@@ -40,10 +42,14 @@ pub const API_CALLS: &[ApiCall] = &[
 /// its status, which the conditions read).
 pub async fn apply_children(client: &Client, children: &Children) -> Result<Deployment> {
     apply(client, &children.config_map).await?;
-    apply(client, &children.service_account).await?;
+    if let Some(account) = &children.service_account {
+        apply(client, account).await?;
+    }
     apply(client, &children.role).await?;
     apply(client, &children.role_binding).await?;
-    apply(client, &children.deployment).await
+    let deployment = apply(client, &children.deployment).await?;
+    apply(client, &children.disruption_budget).await?;
+    Ok(deployment)
 }
 
 async fn apply<K>(client: &Client, object: &K) -> Result<K>

@@ -21,6 +21,7 @@ pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod pod_checks;
 pub mod queue_check;
 pub mod reconcile;
 pub mod status;

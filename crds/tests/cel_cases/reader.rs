@@ -112,12 +112,16 @@ pub fn cases() -> Vec<Case> {
             valid: |v| {
                 let header =
                     json!({"name": "X-Api-Key", "secretKeyRef": {"name": "web-token", "key": "key"}});
-                http_secrets(v)["headers"].as_array_mut().map(|h| h.push(header));
+                if let Some(headers) = http_secrets(v)["headers"].as_array_mut() {
+                    headers.push(header);
+                }
             },
             invalid: |v| {
                 let header =
                     json!({"name": "authorization", "secretKeyRef": {"name": "web-token", "key": "key"}});
-                http_secrets(v)["headers"].as_array_mut().map(|h| h.push(header));
+                if let Some(headers) = http_secrets(v)["headers"].as_array_mut() {
+                    headers.push(header);
+                }
             },
         },
         Case {
