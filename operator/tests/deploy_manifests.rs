@@ -12,21 +12,11 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use sluice_crds::SqsSource;
+use sluice_operator::build::pod_shape::EKS_WEBHOOK_VARIABLES as WEBHOOK_VARIABLES;
 
 /// The image the bases name, and the one the EKS overlay swaps in.
 const BASE_IMAGE: &str = "ghcr.io/sluice-dev/sluice:0.1.0";
 const OVERLAY_IMAGE: &str = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/sluice:0.1.0";
-
-/// Variables the EKS pod identity webhook reads or injects (see the build's shaping tests).
-const WEBHOOK_VARIABLES: &[&str] = &[
-    "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_STS_REGIONAL_ENDPOINTS",
-];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

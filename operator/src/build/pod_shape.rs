@@ -27,6 +27,20 @@ const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
 /// Bounds the in-flight buffer's worst case (pollers x 10 messages x 256 KiB x batches per poller).
 const DEFAULT_MEMORY_LIMIT: &str = "256Mi";
 
+/// Variables the EKS pod identity webhook reads or injects (amazon-eks-pod-identity-webhook,
+/// `addEnvToContainer` in pkg/handler/handler.go): it skips a container that already has
+/// `AWS_ROLE_ARN` or `AWS_WEB_IDENTITY_TOKEN_FILE` (IRSA) or the two container-credential
+/// variables (Pod Identity), so the operator sets none of them on a reader.
+pub const EKS_WEBHOOK_VARIABLES: &[&str] = &[
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_STS_REGIONAL_ENDPOINTS",
+];
+
 /// Whether the reader talks to the Kubernetes API: leases and the checkpoint under exactlyOnce,
 /// the published replica count when a source-wide rate limit is shared among replicas.
 pub fn needs_api_token(spec: &SqsSourceSpec) -> bool {

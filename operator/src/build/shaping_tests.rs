@@ -3,6 +3,7 @@
 //! EKS pod identity webhook owns, the API token only where coordination needs it, no privileges,
 //! Secret keys mounted (never copied into the ConfigMap), and a PodDisruptionBudget.
 
+use super::pod_shape::EKS_WEBHOOK_VARIABLES as WEBHOOK_VARIABLES;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde_json::{Value, json};
 use sluice_crds::SqsSource;
@@ -13,19 +14,6 @@ use crate::validate::validate;
 const ORDERS_HTTP: &str = include_str!("../../../deploy/examples/eks/orders-to-http.yaml");
 const PAYMENTS_FIFO: &str = include_str!("../../../deploy/examples/eks/payments-fifo-forward.yaml");
 const EVENTS_S3: &str = include_str!("../../../deploy/examples/eks/events-exactly-once-s3-kms.yaml");
-
-/// Variables the EKS pod identity webhook reads or injects (amazon-eks-pod-identity-webhook,
-/// pkg/handler/handler.go `addEnvToContainer`): a container that already has one of the first
-/// two is skipped, so IRSA would get no token.
-const WEBHOOK_VARIABLES: &[&str] = &[
-    "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_STS_REGIONAL_ENDPOINTS",
-];
 
 fn source(yaml: &str) -> SqsSource {
     let mut source: SqsSource = match serde_yaml::from_str(yaml) {
