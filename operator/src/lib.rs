@@ -18,6 +18,7 @@ pub mod conditions;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod names;

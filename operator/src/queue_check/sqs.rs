@@ -39,6 +39,11 @@ impl SqsInspector {
         Self { base, clients: Arc::default() }
     }
 
+    /// The AWS configuration the clients are built from (the identity they sign with).
+    pub fn base(&self) -> &aws_config::SdkConfig {
+        &self.base
+    }
+
     /// The cached client for an endpoint override and a region.
     pub fn client(&self, endpoint: Option<&str>, region: Option<&str>) -> Client {
         let key = (endpoint.map(str::to_owned), region.map(str::to_owned));
