@@ -222,3 +222,30 @@ fn the_crd_lists_sources_under_the_sluice_category() {
     assert_eq!(crd["spec"]["names"]["categories"], json!(["sluice"]));
     assert_eq!(crd["spec"]["names"]["shortNames"], json!(["sqss"]));
 }
+
+#[test]
+fn the_iam_policies_in_the_eks_guide_parse_and_grant_no_wildcard_action() {
+    let guide = std::fs::read_to_string(repo().join("docs/eks.md")).expect("docs/eks.md");
+    let blocks: Vec<&str> =
+        guide.split("```json").skip(1).map(|rest| rest.split("```").next().unwrap_or_default()).collect();
+    assert_eq!(blocks.len(), 5, "operator policy, two trust policies, reader policy, data-role trust");
+    for block in blocks {
+        let policy: Value =
+            serde_json::from_str(block).unwrap_or_else(|e| panic!("not JSON ({e}):\n{block}"));
+        assert_eq!(policy["Version"], "2012-10-17");
+        for statement in policy["Statement"].as_array().expect("statements") {
+            let actions = match &statement["Action"] {
+                Value::String(a) => vec![a.clone()],
+                other => other
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect(),
+            };
+            assert!(!actions.is_empty(), "{statement}");
+            assert!(actions.iter().all(|a| !a.contains('*')), "wildcard action in {statement}");
+            assert_ne!(statement["Resource"], "*", "wildcard resource in {statement}");
+        }
+    }
+}
