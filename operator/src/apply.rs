@@ -4,8 +4,9 @@
 //! a stray `kubectl edit` is the intended drift correction; fields it never sends (the
 //! Deployment's `spec.replicas`, owned by `sluice-scaler`) stay with whoever set them. Applying
 //! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
-//! diffing against a cache that might be stale. The Deployment goes last, so its pods start with
-//! their ConfigMap, ServiceAccount and Role in place.
+//! diffing against a cache that might be stale. The Deployment goes after the objects its pods
+//! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
+//! PodDisruptionBudget comes last, as nothing waits for it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;

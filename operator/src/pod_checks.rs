@@ -1,6 +1,8 @@
 //! Operator checks of the reader pod's shaping and of secret material the CRD schema cannot
 //! judge alone: the size of an affinity (its Kubernetes lists carry no bounds of their own), and
-//! credentials written inline where the config ConfigMap would publish them.
+//! credentials written inline where the config ConfigMap would publish them. The schema and CEL
+//! rules of `spec.reader` are run here too: the readers' rendering leaves the pod shaping out, so
+//! the operator's check of that rendering would not see an object stored before a rule existed.
 //!
 //! Why inline credentials are refused rather than moved: the operator never reads Secrets, so it
 //! cannot move a value into one; the message says how to reference a Secret instead.
@@ -21,6 +23,7 @@ const CREDENTIAL_HEADERS: &[&str] =
 /// Appends a [`Problem`] for each fault found.
 pub fn check(source: &SqsSource, problems: &mut Vec<Problem>) {
     let spec = &source.spec;
+    check_shaping_rules(source, problems);
     if let Some(affinity) = &spec.reader.affinity {
         let terms = affinity_terms(affinity);
         if terms > MAX_AFFINITY_TERMS {
@@ -59,6 +62,23 @@ fn check_http_headers(field: &str, sink: &SinkSpec, problems: &mut Vec<Problem>)
             ));
         }
     }
+}
+
+/// The CRD's schema and CEL rules for the fields under `spec.reader` that the readers' rendering
+/// leaves out.
+fn check_shaping_rules(source: &SqsSource, problems: &mut Vec<Problem>) {
+    let Ok(value) = serde_json::to_value(source) else { return };
+    let Err(error) = sluice_crds::validate::validate_source_value(&value) else { return };
+    let shaping = error.violations().iter().filter(|v| v.path.starts_with("spec.reader."));
+    for violation in shaping.filter(|v| !is_rendered(&v.path)) {
+        let reason = if violation.rule.is_some() { "RuleViolated" } else { "SchemaViolated" };
+        problems.push(problem(reason, &violation.path, format!("{}: {}", violation.path, violation.message)));
+    }
+}
+
+/// Fields of `spec.reader` that the readers' rendering keeps (checked with it elsewhere).
+fn is_rendered(path: &str) -> bool {
+    ["spec.reader.image", "spec.reader.logLevel", "spec.reader.terminationGracePeriodSeconds"].contains(&path)
 }
 
 /// All node-selector terms and pod (anti-)affinity terms, required and preferred.

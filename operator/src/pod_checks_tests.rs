@@ -50,3 +50,19 @@ fn a_credential_header_written_inline_is_refused_and_a_secret_reference_suggeste
     });
     assert_eq!(find(&found, "HeaderDefinedTwice").field, "spec.sinks[0].http.secretRefs.headers");
 }
+
+#[test]
+fn a_shaping_rule_is_enforced_even_on_an_object_stored_before_the_rule() {
+    // Written straight into the typed object, as an apiserver without the rule would have kept it.
+    let found = problems(|s| {
+        s.spec.reader.env =
+            serde_json::from_value(json!([{"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::1:role/x"}]))
+                .unwrap_or_default();
+        s.spec.reader.service_account.create = false;
+    });
+    let env = found.iter().find(|p| p.field == "spec.reader.env");
+    let env = env.unwrap_or_else(|| panic!("no spec.reader.env problem in {found:?}"));
+    assert_eq!(env.reason, "RuleViolated");
+    assert!(env.message.contains("EKS identity webhook owns"), "{}", env.message);
+    assert!(found.iter().any(|p| p.field == "spec.reader.serviceAccount.name"), "{found:?}");
+}

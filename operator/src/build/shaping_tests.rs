@@ -223,7 +223,18 @@ fn user_labels_annotations_and_env_never_override_the_operators() {
         {"name": "POD_NAME", "value": "forged"}, {"name": "HTTPS_PROXY", "value": "http://proxy:3128"}
     ]))
     .unwrap_or_default();
-    let c = children_of(&s);
+    // The CRD and the operator's validation refuse these; the build must hold even so.
+    assert!(validate(&s, Some("img")).is_err());
+    let valid = crate::validate::Validated {
+        source: &s,
+        name: "payments-forward".into(),
+        namespace: "payments".into(),
+        image: "img".into(),
+    };
+    let c = match build(&valid) {
+        Ok(c) => c,
+        Err(e) => panic!("build failed: {e}"),
+    };
     let template = json(&c.deployment)["spec"]["template"].clone();
     assert_eq!(template["metadata"]["labels"]["sluice.dev/source"], "payments-forward");
     assert_eq!(template["metadata"]["labels"]["team"], "payments");
