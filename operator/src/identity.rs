@@ -1,4 +1,5 @@
-//! Whose AWS identity reads a source's queue metrics.
+//! Whose AWS identity reads a source's queue attributes (the reconciler's queue checks and the
+//! autoscaler's metrics).
 //!
 //! Why not always the operator's own: on a shared cluster one operator identity able to read
 //! every team's queues is a broad grant. A source that names a role (`credentials.source:
@@ -17,9 +18,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_config::sts::AssumeRoleProvider;
 use aws_sdk_sqs::config::SharedCredentialsProvider;
-use sluice_crds::{CredentialSource, Credentials};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use sluice_crds::{CredentialSource, Credentials, QueueRef};
 
 use crate::queue_check::sqs::SqsInspector;
+use crate::queue_check::{QueueAttributes, QueueError, QueueInspector};
 
 /// Session name when the source names none: CloudTrail then shows the operator as the caller.
 pub const DEFAULT_SESSION_NAME: &str = "sluice-operator";
@@ -69,6 +73,21 @@ impl Identities {
     /// How many assumed-role client sets are cached.
     pub fn assumed_roles(&self) -> usize {
         self.assumed.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The reconciler's queue checks, with the source's identity.
+impl QueueInspector for Identities {
+    fn inspect<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueAttributes, QueueError>> {
+        self.own.inspect(queue)
+    }
+
+    fn inspect_as<'a>(
+        &'a self,
+        queue: &'a QueueRef,
+        credentials: &'a Credentials,
+    ) -> BoxFuture<'a, Result<QueueAttributes, QueueError>> {
+        async move { self.for_source(credentials).await.inspect(queue).await }.boxed()
     }
 }
 

@@ -79,14 +79,19 @@ async fn aws_stand_in() -> (String, Log) {
     (format!("http://{addr}"), log)
 }
 
-async fn attributes(url: &str) -> SqsQueueAttributes {
+/// SQS clients with the operator's own identity, pointed at the stand-in.
+async fn operator_clients(url: &str) -> SqsInspector {
     let own = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(AwsCredentials::new(OPERATOR_KEY, "secret", None, None, "operator"))
         .endpoint_url(url)
         .load()
         .await;
-    SqsQueueAttributes::new(SqsInspector::new(own))
+    SqsInspector::new(own)
+}
+
+async fn attributes(url: &str) -> SqsQueueAttributes {
+    SqsQueueAttributes::new(operator_clients(url).await)
 }
 
 fn queue(url: &str) -> QueueRef {
@@ -159,4 +164,24 @@ async fn a_role_the_operator_may_not_assume_fails_with_a_readable_error() {
     let seen = log.lock().expect("log").clone();
     assert!(seen.iter().all(|s| s.service == "sts"), "no SQS call without the role: {seen:?}");
     assert!(seen.iter().any(|s| s.body.contains("RoleSessionName=sluice-operator")), "{seen:?}");
+}
+
+#[tokio::test]
+async fn the_reconcilers_queue_check_uses_the_source_role_too() {
+    use sluice_operator::identity::Identities;
+    use sluice_operator::queue_check::inspect_all;
+
+    let (url, log) = aws_stand_in().await;
+    let identities = Identities::new(operator_clients(&url).await);
+    let mut spec: sluice_crds::SqsSourceSpec = serde_yaml::from_str(&format!(
+        "queues: [{{url: '{url}/210987654321/events', endpoint: '{url}', region: us-east-1}}]\nsinks: [{{name: out, log: {{}}}}]\n"
+    ))
+    .expect("spec");
+    spec.credentials =
+        credentials("source: AssumeRole\nroleArn: arn:aws:iam::210987654321:role/events-data\n");
+    let observed = inspect_all(&identities, &spec).await;
+    assert!(observed[0].result.is_ok(), "{:?}", observed[0].result);
+    let seen = log.lock().expect("log").clone();
+    let sqs: Vec<_> = seen.iter().filter(|s| s.service == "sqs").collect();
+    assert!(!sqs.is_empty() && sqs.iter().all(|s| s.access_key == ASSUMED_KEY), "{seen:?}");
 }

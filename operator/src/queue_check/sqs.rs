@@ -4,8 +4,9 @@
 //! Why a client cache: building a client resolves credentials and opens a connection pool;
 //! sources that share an endpoint (every LocalStack source, every source of one region) share one.
 //! Every call is bounded by a timeout so a black-holed endpoint delays only its own source.
-//! The operator calls AWS with its own identity (IRSA or Pod Identity of the operator pod), not
-//! with the readers' credentials, which it never reads.
+//! An inspector calls AWS with the identity of its base configuration: the operator's own (IRSA
+//! or Pod Identity of the operator pod), or a role a source names (`crate::identity`), never the
+//! readers' credentials, which it never reads.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -99,7 +99,12 @@ impl SqsQueueAttributes {
     /// Shares `clients`' SQS client cache for the operator's own identity, and assumes roles
     /// from it.
     pub fn new(clients: SqsInspector) -> Self {
-        Self { identities: Identities::new(clients), urls: Arc::default() }
+        Self::with_identities(Identities::new(clients))
+    }
+
+    /// Shares `identities` (and so each assumed role's cached credentials) with the reconciler.
+    pub fn with_identities(identities: Identities) -> Self {
+        Self { identities, urls: Arc::default() }
     }
 
     /// The identities this reader of attributes holds (for tests and metrics).
