@@ -80,7 +80,13 @@ mod tests {
         let log = SinkSpec { log: Some(LogSinkSpec::default()), ..sink() };
         assert_eq!(log.kind(), Some(SinkKind::Log));
         assert!(!log.supports_exactly_once());
-        let s3 = S3SinkSpec { bucket: "bkt".into(), prefix: String::new(), endpoint: None, region: None };
+        let s3 = S3SinkSpec {
+            bucket: "bkt".into(),
+            prefix: String::new(),
+            endpoint: None,
+            region: None,
+            sse_kms_key_id: None,
+        };
         let both = SinkSpec { s3: Some(s3.clone()), ..log };
         assert_eq!(both.kind(), None, "two blocks are not a kind");
         let s3_only = SinkSpec { s3: Some(s3), ..sink() };

@@ -9,11 +9,14 @@
 mod credentials;
 mod delivery;
 mod payload;
+mod pod_resources;
 mod queue;
 mod reader;
 mod receive;
 mod scaling;
+mod service_account;
 mod sink;
+mod sink_secrets;
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -22,10 +25,11 @@ pub use self::credentials::{CredentialSource, Credentials, SecretCredentialsRef}
 pub use self::delivery::{DeliverySpec, Guarantee, RetrySpec, RetryStrategy};
 pub use self::payload::{PayloadFormat, PayloadSpec};
 pub use self::queue::QueueRef;
-pub use self::reader::ReaderSpec;
+pub use self::reader::{ReaderResources, ReaderServiceAccount, ReaderSpec, ResourceAmounts};
 pub use self::receive::{RateLimitSpec, ReceiveSpec};
 pub use self::scaling::ScalingSpec;
 pub use self::sink::{HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsSinkSpec};
+pub use self::sink_secrets::{HttpSecretRefs, SecretHeader, SecretKeyRef};
 use crate::status::SqsSourceStatus;
 
 /// Desired state of an SqsSource: the queues to read, how to deliver what is read, and how many
@@ -37,6 +41,7 @@ use crate::status::SqsSourceStatus;
     kind = "SqsSource",
     namespaced,
     shortname = "sqss",
+    category = "sluice",
     status = "SqsSourceStatus",
     doc = "An SqsSource reads one or more Amazon SQS queues with a scaled Deployment of reader pods and delivers each message to its sinks, at least once or exactly once.",
     cel,
@@ -101,7 +106,8 @@ pub struct SqsSourceSpec {
     /// Reader replica autoscaling. Default: 1 to 10 replicas.
     #[serde(default)]
     pub scaling: ScalingSpec,
-    /// Reader pod settings (image, log level, grace period). Default: the operator's own image.
+    /// Reader pod settings: image, log level, grace period, resources, placement, pod metadata,
+    /// extra environment and the ServiceAccount. Default: the operator's own image.
     #[serde(default)]
     pub reader: ReaderSpec,
 }

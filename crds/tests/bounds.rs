@@ -46,7 +46,12 @@ fn values(bound: &Bound, base: &Value) -> (Value, Value) {
         _ => {
             let item = match bound.item_type.as_deref() {
                 Some("object") => {
-                    get_path(base, &format!("{}[]", bound.path)).cloned().expect("an item to copy")
+                    // The dead-letter sink shares the sink schema: copy an item from spec.sinks.
+                    let shared = bound.path.replacen("spec.deadLetterSink.", "spec.sinks[].", 1);
+                    get_path(base, &format!("{}[]", bound.path))
+                        .or_else(|| get_path(base, &format!("{shared}[]")))
+                        .cloned()
+                        .expect("an item to copy")
                 }
                 Some("integer") => json!(503),
                 _ => json!("All"),

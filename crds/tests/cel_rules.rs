@@ -3,6 +3,8 @@
 //! must come from that rule, at the right field path, with a message naming the field. A final
 //! check fails if some rule in the schema is never made to fail by a case.
 
+#[path = "cel_cases/reader.rs"]
+mod reader_cases;
 mod support;
 
 use std::collections::BTreeSet;
@@ -303,7 +305,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn every_rule_accepts_its_valid_case_and_rejects_its_invalid_case() {
     let mut failed_rules = BTreeSet::new();
-    for case in cases() {
+    for case in cases().into_iter().chain(reader_cases::cases()) {
         let mut good = full();
         (case.valid)(&mut good);
         if let Err(e) = validate_source_value(&good) {

@@ -19,6 +19,7 @@ use crate::backoff::Failures;
 use crate::checkpoint;
 use crate::cli::{Cli, Switch};
 use crate::controller::{self, Scope};
+use crate::identity::Identities;
 use crate::leader::{Elector, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::names::FIELD_MANAGER;
@@ -72,10 +73,10 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let inspector = SqsInspector::new(aws);
+    let inspector = Identities::new(SqsInspector::new(aws));
     let scaler = scaler::run(
         client.clone(),
-        Arc::new(SqsQueueAttributes::new(inspector.clone())),
+        Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
         &mut registry,
         shutdown.child_token(),
     );

@@ -4,8 +4,9 @@
 //! a stray `kubectl edit` is the intended drift correction; fields it never sends (the
 //! Deployment's `spec.replicas`, owned by `sluice-scaler`) stay with whoever set them. Applying
 //! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
-//! diffing against a cache that might be stale. The Deployment goes last, so its pods start with
-//! their ConfigMap, ServiceAccount and Role in place.
+//! diffing against a cache that might be stale. The Deployment goes after the objects its pods
+//! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
+//! PodDisruptionBudget comes last, as nothing waits for it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,6 +32,8 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
+    ApiCall::new("policy", "poddisruptionbudgets", "patch"),
+    ApiCall::new("policy", "poddisruptionbudgets", "create"),
     // Every child names the source as its controller with blockOwnerDeletion, which the
     // OwnerReferencesPermissionEnforcement admission plugin authorizes as this.
     ApiCall::new("sluice.dev", "sqssources/finalizers", "update"),
@@ -40,10 +43,14 @@ pub const API_CALLS: &[ApiCall] = &[
 /// its status, which the conditions read).
 pub async fn apply_children(client: &Client, children: &Children) -> Result<Deployment> {
     apply(client, &children.config_map).await?;
-    apply(client, &children.service_account).await?;
+    if let Some(account) = &children.service_account {
+        apply(client, account).await?;
+    }
     apply(client, &children.role).await?;
     apply(client, &children.role_binding).await?;
-    apply(client, &children.deployment).await
+    let deployment = apply(client, &children.deployment).await?;
+    apply(client, &children.disruption_budget).await?;
+    Ok(deployment)
 }
 
 async fn apply<K>(client: &Client, object: &K) -> Result<K>

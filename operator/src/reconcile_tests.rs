@@ -83,7 +83,7 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
     }
 }
 
-/// The five child applies, with the Deployment's config hash handed to `hash`.
+/// The six child applies, with the Deployment's config hash handed to `hash`.
 fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
     vec![
         apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
@@ -104,6 +104,9 @@ fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
             assert!(b["spec"].get("replicas").is_none(), "reconcile must not set replicas");
             let h = &b["spec"]["template"]["metadata"]["annotations"]["sluice.dev/config-hash"];
             hash(h.as_str().unwrap_or_default());
+        }),
+        apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
+            assert_eq!(b["spec"]["maxUnavailable"], 1);
         }),
     ]
 }
@@ -321,7 +324,7 @@ async fn create_applies_children_and_reports_ready() {
     let (action, bodies) =
         run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 7);
+    assert_eq!(bodies.len(), 8);
 }
 
 #[tokio::test]
@@ -330,7 +333,7 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     let source = after_create(&created);
     let (action, bodies) = run(Scenario::NoOp, source, healthy_queue(), Some(hash_of(&created))).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 5, "no event and no status write");
+    assert_eq!(bodies.len(), 6, "no event and no status write");
 }
 
 #[tokio::test]

@@ -75,6 +75,7 @@ pub fn validate<'a>(
     check_delivery(source, &mut problems);
     check_sinks(source, &mut problems);
     check_scaling(source, &mut problems);
+    crate::pod_checks::check(source, &mut problems);
 
     let image = spec.reader.image.as_deref().or(default_image).map(str::trim).filter(|i| !i.is_empty());
     if image.is_none() {

@@ -85,6 +85,7 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
                 prefix: "a/".into(),
                 endpoint: None,
                 region: None,
+                sse_kms_key_id: None,
             };
             let mut first = s.spec.sinks[0].clone();
             (first.log, first.s3, first.name) = (None, Some(s3.clone()), "one".into());

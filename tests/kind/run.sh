@@ -116,7 +116,8 @@ k apply -f "$here/localstack.yaml"
 k -n localstack rollout status deploy/localstack --timeout=300s
 
 # ---------------------------------------------------------------------------------------------
-# CRD and operator: the kustomize base with the loaded image and LocalStack credentials for the
+# CRD and operator: the kustomize base with the loaded image (the `images:` entry alone moves
+# SLUICE_READER_IMAGE too, which is checked below) and LocalStack credentials for the
 # operator's own SQS calls (GetQueueUrl / GetQueueAttributes).
 image_name="${IMAGE%:*}"
 image_tag="${IMAGE##*:}"
@@ -140,20 +141,6 @@ configMapGenerator:
       - AWS_ACCESS_KEY_ID=test
       - AWS_SECRET_ACCESS_KEY=test
       - AWS_REGION=${REGION}
-patches:
-  - target: { kind: Deployment, name: sluice-operator }
-    patch: |-
-      apiVersion: apps/v1
-      kind: Deployment
-      metadata: { name: sluice-operator, namespace: sluice-system }
-      spec:
-        template:
-          spec:
-            containers:
-              - name: operator
-                env:
-                  - name: SLUICE_READER_IMAGE
-                    value: ${IMAGE}
 EOF
 log "installing the CRD and the operator"
 k apply -f deploy/crds/
@@ -165,6 +152,18 @@ if [[ "$actual_image" == "$IMAGE" ]]; then
   pass "operator runs $IMAGE"
 else
   fail "operator image is $actual_image, want $IMAGE"
+fi
+reader_image="$(k -n sluice-system get deploy sluice-operator \
+  -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="SLUICE_READER_IMAGE")].value}')"
+if [[ "$reader_image" == "$IMAGE" ]]; then
+  pass "the overlay's images: entry moved SLUICE_READER_IMAGE to $IMAGE"
+else
+  fail "SLUICE_READER_IMAGE is $reader_image, want $IMAGE (the overlay must move the readers' image)"
+fi
+if k -n sluice-system get pdb sluice-operator >/dev/null 2>&1 && k -n sluice-system get svc sluice-operator >/dev/null 2>&1; then
+  pass "operator PodDisruptionBudget and Service installed"
+else
+  fail "operator PodDisruptionBudget or Service missing"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +300,43 @@ spec:
     pollIntervalSeconds: 1
   reader:
     logLevel: info
+    resources:
+      requests:
+        cpu: 50m
+        memory: 48Mi
+    podLabels:
+      team: e2e
 EOF
+}
+
+# The reader pods as spec.reader shaped them, with no privileges they do not use.
+check_reader_pods() { # label
+  local pod
+  pod="$(k -n "$NS" get pods -l "$(reader_selector)" -o name | head -n1)"
+  [[ -n "$pod" ]] || { fail "$1: no reader pod"; return; }
+  local jp='{.spec.automountServiceAccountToken} {.spec.containers[0].resources.requests.memory} {.metadata.labels.team} {.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.containers[0].securityContext.allowPrivilegeEscalation} {.spec.securityContext.runAsNonRoot} {.spec.containers[0].securityContext.capabilities.drop[0]}'
+  local got
+  got="$(k -n "$NS" get "$pod" -o jsonpath="$jp")"
+  if [[ "$got" == "false 48Mi e2e true false true ALL" ]]; then
+    pass "$1: reader pod shaped from spec.reader, no API token (at-least-once, no rate share), no privileges"
+  else
+    fail "$1: reader pod fields are '$got', want 'false 48Mi e2e true false true ALL'"
+  fi
+  if k -n "$NS" get "$pod" -o jsonpath='{.spec.containers[0].env[*].name}' | grep -qw AWS_ROLE_ARN; then
+    fail "$1: the reader sets AWS_ROLE_ARN, which belongs to the EKS pod identity webhook"
+  else
+    pass "$1: no AWS_ROLE_ARN on the reader"
+  fi
+  if [[ "$(k -n "$NS" get pdb "${SOURCE}-reader" -o jsonpath='{.spec.maxUnavailable}' 2>/dev/null)" == "1" ]]; then
+    pass "$1: readers' PodDisruptionBudget (maxUnavailable 1)"
+  else
+    fail "$1: no PodDisruptionBudget ${SOURCE}-reader with maxUnavailable 1"
+  fi
+  if k -n "$NS" get sluice -o name 2>/dev/null | grep -q "sqssource.*/${SOURCE}$"; then
+    pass "$1: kubectl get sluice lists the source"
+  else
+    fail "$1: kubectl get sluice does not list ${SOURCE}"
+  fi
 }
 
 # A fresh start when the cluster is reused.
@@ -314,6 +349,7 @@ k -n "$NS" create secret generic localstack-credentials \
 log "scenario 1: apply -> readers Ready -> ${MESSAGES} delivered"
 render_source 2 | k apply -f -
 wait_readers_ready "scenario 1" || true
+check_reader_pods "scenario 1"
 sdev send "$src_url" --count "$MESSAGES"
 total=$MESSAGES
 expect_delivered "$total" "scenario 1" 600
@@ -378,7 +414,7 @@ expect_delivered "$total" "scenario 3" 600
 log "scenario 4: deleting the SqsSource removes its children"
 k -n "$NS" delete sqssource "$SOURCE" --wait=true --timeout=120s || fail "scenario 4: delete failed"
 children_left() {
-  k -n "$NS" get deploy,sa,role,rolebinding --ignore-not-found -o name 2>/dev/null \
+  k -n "$NS" get deploy,sa,role,rolebinding,pdb --ignore-not-found -o name 2>/dev/null \
     | grep -E "/${SOURCE}-reader$" || true
   k -n "$NS" get configmap --ignore-not-found -o name 2>/dev/null \
     | grep -E "/${SOURCE}-(config|checkpoint)$" || true
@@ -391,7 +427,7 @@ while [[ -n "$left" && $SECONDS -lt $deadline ]]; do
   left="$(children_left)"
 done
 if [[ -z "$left" ]]; then
-  pass "scenario 4: Deployment, ConfigMaps, ServiceAccount, Role, RoleBinding and pods gone"
+  pass "scenario 4: Deployment, ConfigMaps, ServiceAccount, Role, RoleBinding, PodDisruptionBudget and pods gone"
   # Readers' lease ConfigMaps (<source>-lease-<pod>) carry no owner reference; report, not judged.
   leases="$(k -n "$NS" get configmap -o name 2>/dev/null | grep -c -E "/${SOURCE}-lease-" || true)"
   log "scenario 4: reader lease ConfigMaps left (not owned by the source, not judged): ${leases:-0}"

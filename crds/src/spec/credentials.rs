@@ -3,6 +3,11 @@
 //! Secrets are never written inline: a source uses the pod's default chain (IRSA, Pod Identity,
 //! env), assumes a role, or points at a Kubernetes Secret. Exactly one mode is in force, so the
 //! rules below reject fields that would be silently ignored under the chosen `source`.
+//!
+//! An assumed role sits on top of the pod's own identity (IRSA or EKS Pod Identity, both through
+//! the ServiceAccount). It is handed to the reader in its `source.yaml`, never as `AWS_ROLE_ARN`:
+//! that variable belongs to the EKS pod identity webhook, and a second value in it would replace
+//! the web identity the role is assumed from.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -35,6 +40,9 @@ pub enum CredentialSource {
     validation = Rule::new("!has(self.externalId) || self.source == 'AssumeRole'")
         .field_path(".externalId")
         .message("spec.credentials.externalId is only used when source is AssumeRole: remove externalId or set source: AssumeRole"),
+    validation = Rule::new("!has(self.sessionName) || self.source == 'AssumeRole'")
+        .field_path(".sessionName")
+        .message("spec.credentials.sessionName is only used when source is AssumeRole: remove sessionName or set source: AssumeRole"),
     validation = Rule::new("self.source != 'Secret' || has(self.secretRef)")
         .field_path(".secretRef")
         .message("spec.credentials.secretRef is required when source is Secret: name the Secret holding the keys or choose another source"),
@@ -60,6 +68,14 @@ pub struct Credentials {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 1224))]
     pub external_id: Option<String>,
+    /// Role session name for sts:AssumeRole, shown in CloudTrail (2-64 characters: letters,
+    /// digits and `+=,.@_-`). Only with `source: AssumeRole`. Absent: the reader pod's name for
+    /// readers, `sluice-operator` for the operator's queue metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 64))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[A-Za-z0-9+=,.@_-]+$')")
+        .message("spec.credentials.sessionName may hold only letters, digits and +=,.@_-: fix the name"))]
+    pub session_name: Option<String>,
     /// The Secret holding static keys. Required with, and only allowed with, `source: Secret`.
     /// No default.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -61,6 +61,9 @@ pub struct HttpSinkSpec {
     /// Extra request headers (name to value). Default none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Header values (tokens) and a CA bundle from Secrets, never inline. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_refs: Option<super::sink_secrets::HttpSecretRefs>,
     /// CloudEvents `ce-type` (1-256 characters). Default `dev.sluice.sqs.message`.
     #[serde(default = "default_event_type")]
     #[schemars(length(min = 1, max = 256))]
@@ -129,6 +132,14 @@ pub struct S3SinkSpec {
     #[x_kube(validation = Rule::new(r"self.matches('^[a-z]{2}(-[a-z]+)+-[0-9]+$')")
         .message("spec.sinks[].s3.region must be an AWS region code such as us-east-1: fix the spelling"))]
     pub region: Option<String>,
+    /// KMS key for server-side encryption (SSE-KMS) of written objects: a key id, key ARN, alias
+    /// name (`alias/NAME`) or alias ARN, at most 2048 characters. Absent: the bucket's default
+    /// encryption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new(r"self.matches('^(arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key|alias)/.+|alias/[A-Za-z0-9/_-]+|(mrk-)?[0-9a-f-]{32,36})$')")
+        .message("spec.sinks[].s3.sseKmsKeyId must be a KMS key id, key ARN, alias/NAME or alias ARN: copy it from the KMS console"))]
+    pub sse_kms_key_id: Option<String>,
 }
 
 /// Log sink: one log line per message. Not idempotent, so not allowed with exactlyOnce.

@@ -33,6 +33,7 @@ pub const KNOWN_KEYWORDS: &[&str] = &[
     "x-kubernetes-validations",
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
+    "x-kubernetes-int-or-string",
 ];
 
 /// Removes `null` values where the schema does not say `nullable: true`, as the apiserver does
@@ -75,6 +76,16 @@ pub fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violation>
         if !is_nullable(schema) {
             out.push(Violation::new(path, "must not be null: give it a value or remove the field"));
         }
+        return;
+    }
+    // Kubernetes quantities and ports: a whole number or a string, and no `type` keyword.
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true)
+        && !(value.is_string() || has_type(value, "integer"))
+    {
+        out.push(Violation::new(
+            path,
+            format!("must be a whole number or a string (got {})", describe(value)),
+        ));
         return;
     }
     if let Some(ty) = schema.get("type").and_then(Value::as_str)

@@ -22,7 +22,8 @@ pub fn full() -> Value {
             "credentials": {
                 "source": "AssumeRole",
                 "roleArn": "arn:aws:iam::123456789012:role/reader",
-                "externalId": "ext-1"
+                "externalId": "ext-1",
+                "sessionName": "sluice-full"
             },
             "receive": {
                 "maxMessages": 10, "waitTimeSeconds": 20, "visibilityTimeoutSeconds": 30, "pollers": 4,
@@ -41,7 +42,11 @@ pub fn full() -> Value {
                     "name": "web",
                     "http": {
                         "url": "http://127.0.0.1:8080/events", "timeoutMs": 1000, "concurrency": 8,
-                        "headers": {"x-team": "payments"}, "eventType": "com.example.order"
+                        "headers": {"x-team": "payments"}, "eventType": "com.example.order",
+                        "secretRefs": {
+                            "headers": [{"name": "Authorization", "secretKeyRef": {"name": "web-token", "key": "header"}}],
+                            "caBundle": {"name": "web-ca", "key": "ca.pem"}
+                        }
                     },
                     "route": {"attribute": "kind", "values": ["order"]}
                 },
@@ -51,7 +56,10 @@ pub fn full() -> Value {
                 },
                 {
                     "name": "archive",
-                    "s3": {"bucket": "sluice-archive", "prefix": "orders/", "endpoint": LOCALSTACK, "region": "us-east-1"}
+                    "s3": {
+                        "bucket": "sluice-archive", "prefix": "orders/", "endpoint": LOCALSTACK, "region": "us-east-1",
+                        "sseKmsKeyId": "alias/sluice-archive"
+                    }
                 },
                 {"name": "debug", "log": {"body": true}}
             ],
@@ -65,7 +73,32 @@ pub fn full() -> Value {
                 "countInFlight": true, "countDelayed": true, "targetDrainSeconds": 30, "scaleUpMaxStep": 2,
                 "scaleDownStabilizationSeconds": 120, "idleCooldownSeconds": 300, "pollIntervalSeconds": 10
             },
-            "reader": {"image": "sluice-reader:dev", "logLevel": "debug", "terminationGracePeriodSeconds": 30}
+            "reader": {
+                "image": "sluice-reader:dev", "logLevel": "debug", "terminationGracePeriodSeconds": 30,
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi", "ephemeralStorage": "16Mi"},
+                    "limits": {"cpu": "1", "memory": "256Mi", "ephemeralStorage": "64Mi"}
+                },
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "sluice", "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}
+                ]}}},
+                "topologySpreadConstraints": [{
+                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": {"sluice.dev/source": "full"}}
+                }],
+                "priorityClassName": "sluice-readers",
+                "podAnnotations": {"example.com/team": "payments"},
+                "podLabels": {"team": "payments"},
+                "imagePullSecrets": [{"name": "registry"}],
+                "env": [{"name": "AWS_REGION", "value": "us-east-1"}],
+                "envFrom": [{"configMapRef": {"name": "reader-extra", "optional": true}}],
+                "serviceAccount": {
+                    "create": true, "name": "full-readers",
+                    "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/full-reader"}
+                }
+            }
         },
         "status": {
             "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "desiredReplicas": 1,

@@ -38,10 +38,11 @@ fn every_child_is_named_labelled_and_owned_by_the_source() {
     let c = children(fixtures::BASIC);
     let metas = [
         (&c.config_map.metadata, "orders-config"),
-        (&c.service_account.metadata, "orders-reader"),
+        (&c.service_account.as_ref().map(|a| a.metadata.clone()).unwrap_or_default(), "orders-reader"),
         (&c.role.metadata, "orders-reader"),
         (&c.role_binding.metadata, "orders-reader"),
         (&c.deployment.metadata, "orders-reader"),
+        (&c.disruption_budget.metadata, "orders-reader"),
     ];
     for (meta, name) in metas {
         assert_eq!(meta.name.as_deref(), Some(name));
@@ -135,13 +136,10 @@ fn secret_credentials_are_referenced_never_copied() {
 }
 
 #[test]
-fn assume_role_sets_the_role_arn() {
+fn assume_role_leaves_aws_role_arn_to_the_identity_webhook() {
     let c = children(fixtures::ASSUME_ROLE);
     let r = reader(&c);
-    assert_eq!(
-        env(r, "AWS_ROLE_ARN").and_then(|e| e.value.as_deref()),
-        Some("arn:aws:iam::123456789012:role/sluice-events")
-    );
+    assert!(env(r, "AWS_ROLE_ARN").is_none());
     assert!(env(r, "AWS_ACCESS_KEY_ID").is_none());
     assert_eq!(json(&c.deployment)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 90);
 }

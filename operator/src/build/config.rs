@@ -5,22 +5,35 @@
 //! standalone modes cannot drift. Only name, namespace and spec are rendered: no status, no
 //! managed fields, and no generation, so the hash moves only when the configuration does.
 //! Credentials are references (Secret names, role ARNs), never keys.
+//!
+//! The pod shaping of `spec.reader` (resources, placement, pod metadata, extra environment, the
+//! ServiceAccount) is left out: the reader does not use it, it is already on the pod, and an
+//! extra variable's value has no business in a ConfigMap that every reader and every holder of
+//! ConfigMap read access can see.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use sha2::{Digest, Sha256};
-use sluice_crds::SqsSource;
+use sluice_crds::{ReaderSpec, SqsSource};
 
 use super::child_meta;
 use crate::error::{Error, Result};
 use crate::names;
 use crate::validate::Validated;
 
-/// The source as the readers see it: name, namespace and spec only.
+/// The source as the readers see it: name, namespace and spec only, and of `spec.reader` only
+/// what the reader reads (image, log level, grace period).
 pub fn reader_view(source: &SqsSource, name: &str, namespace: &str) -> SqsSource {
     let mut view = SqsSource::new(name, source.spec.clone());
+    let reader = &source.spec.reader;
+    view.spec.reader = ReaderSpec {
+        image: reader.image.clone(),
+        log_level: reader.log_level.clone(),
+        termination_grace_period_seconds: reader.termination_grace_period_seconds,
+        ..ReaderSpec::default()
+    };
     view.metadata.namespace = Some(namespace.to_owned());
     view
 }

@@ -7,8 +7,14 @@
 //! - The config hash on the pod template is what rolls the pods when `source.yaml` changes; a
 //!   mounted ConfigMap alone would be refreshed in place, unnoticed by a running reader.
 //! - AWS keys reach the pod only through `secretKeyRef`, so they never pass through the operator.
-//! - The pod runs non-root with a read-only root filesystem and no capabilities: a reader needs
-//!   only the network and its mounted configuration.
+//! - No variable the EKS pod identity webhook reads or sets (`AWS_ROLE_ARN`,
+//!   `AWS_WEB_IDENTITY_TOKEN_FILE`, `AWS_CONTAINER_CREDENTIALS_FULL_URI`,
+//!   `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`, `AWS_REGION`, `AWS_DEFAULT_REGION`,
+//!   `AWS_STS_REGIONAL_ENDPOINTS`) is set here: the webhook skips a container that already has
+//!   `AWS_ROLE_ARN`, which would leave IRSA without its token. A role to assume on top of the
+//!   pod's identity reaches the reader in `source.yaml` (`spec.credentials.roleArn`).
+//! - The pod runs non-root with a read-only root filesystem, no capabilities and no privilege
+//!   escalation: a reader needs only the network and its mounted configuration.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +28,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sluice_crds::{CredentialSource, Credentials};
 
-use super::{child_meta, shutdown_plan};
+use super::pod_shape::{shape_container, shape_pod};
+use super::{child_meta, shutdown_plan, sink_secrets};
 use crate::names;
 use crate::validate::Validated;
 
@@ -34,14 +41,12 @@ const RUN_AS_USER: i64 = 65_532;
 pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &str) -> Deployment {
     let name = names::reader_name(&valid.name);
     let plan = shutdown_plan(&valid.source.spec);
-    let pod_meta = ObjectMeta {
+    let mut pod_meta = ObjectMeta {
         labels: Some(names::labels(&valid.name)),
         annotations: Some(BTreeMap::from([(names::CONFIG_HASH_ANNOTATION.to_owned(), hash.to_owned())])),
         ..ObjectMeta::default()
     };
-    let pod = PodSpec {
-        service_account_name: Some(name.clone()),
-        automount_service_account_token: Some(true),
+    let mut pod = PodSpec {
         termination_grace_period_seconds: Some(plan.grace_period_seconds),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
@@ -64,6 +69,14 @@ pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &s
         }]),
         ..PodSpec::default()
     };
+    shape_pod(valid, &mut pod, &mut pod_meta);
+    if let Some((volume, mount, variable)) = sink_secrets::mount(&valid.source.spec) {
+        pod.volumes.get_or_insert_default().push(volume);
+        for container in &mut pod.containers {
+            container.volume_mounts.get_or_insert_default().push(mount.clone());
+            container.env.get_or_insert_default().push(variable.clone());
+        }
+    }
     Deployment {
         metadata: child_meta(valid, owner, name),
         spec: Some(DeploymentSpec {
@@ -80,6 +93,12 @@ pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &s
 }
 
 fn container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
+    let mut container = base_container(valid, deadline_seconds);
+    shape_container(&valid.source.spec.reader, &mut container);
+    container
+}
+
+fn base_container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
     let source_path = format!("{}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_KEY);
     let admin_addr = format!("0.0.0.0:{}", names::READER_ADMIN_PORT);
     Container {
@@ -192,7 +211,9 @@ fn env(valid: &Validated<'_>) -> Vec<EnvVar> {
     env
 }
 
-/// Environment that points the AWS default chain at the spec's credentials.
+/// Environment that points the AWS default chain at static keys from a Secret. The other modes
+/// need none: the default chain finds IRSA or Pod Identity by itself, and the reader assumes
+/// `roleArn` from its `source.yaml`.
 fn credential_env(credentials: &Credentials) -> Vec<EnvVar> {
     match (credentials.source, &credentials.secret_ref) {
         (CredentialSource::Secret, Some(secret)) => {
@@ -205,9 +226,6 @@ fn credential_env(credentials: &Credentials) -> Vec<EnvVar> {
                 secret_ref("AWS_SECRET_ACCESS_KEY", &secret.name, &secret.secret_access_key_key, false),
                 token,
             ]
-        }
-        (CredentialSource::AssumeRole, _) => {
-            credentials.role_arn.iter().map(|arn| value("AWS_ROLE_ARN", arn)).collect()
         }
         _ => Vec::new(),
     }

@@ -6,11 +6,16 @@
 
 mod config;
 mod deployment;
+mod disruption;
 mod grace;
+pub mod pod_shape;
 pub mod rbac;
+pub mod service_account;
+pub mod sink_secrets;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
@@ -28,10 +33,12 @@ use crate::validate::Validated;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     pub config_map: ConfigMap,
-    pub service_account: ServiceAccount,
+    /// `None` when the source runs as an existing ServiceAccount (`spec.reader.serviceAccount`).
+    pub service_account: Option<ServiceAccount>,
     pub role: Role,
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
+    pub disruption_budget: PodDisruptionBudget,
     /// Hash of the rendered configuration; also on the pod template, so a change rolls the pods.
     pub config_hash: String,
 }
@@ -46,12 +53,15 @@ pub fn build(valid: &Validated<'_>) -> Result<Children> {
     })?;
     let rendered = render_source(valid)?;
     let config_hash = config_hash(&config::render_for_hash(valid)?);
+    let mut role_binding = rbac::role_binding(valid, &owner);
+    service_account::bind_to_account(&mut role_binding, &service_account::account_name(valid));
     Ok(Children {
         config_map: config::config_map(valid, &owner, rendered),
-        service_account: rbac::service_account(valid, &owner),
+        service_account: service_account::service_account(valid, &owner),
         role: rbac::role(valid, &owner),
-        role_binding: rbac::role_binding(valid, &owner),
+        role_binding,
         deployment: deployment::deployment(valid, &owner, &config_hash),
+        disruption_budget: disruption::disruption_budget(valid, &owner),
         config_hash,
     })
 }
@@ -70,3 +80,7 @@ fn child_meta(valid: &Validated<'_>, owner: &OwnerReference, name: String) -> Ob
 #[cfg(test)]
 #[path = "build_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "shaping_tests.rs"]
+mod shaping_tests;

@@ -9,7 +9,7 @@ pub mod checks;
 pub mod sqs;
 
 use futures::future::BoxFuture;
-use sluice_crds::{QueueRef, SqsSourceSpec};
+use sluice_crds::{Credentials, QueueRef, SqsSourceSpec};
 
 /// The attributes of one queue that the checks and the status need.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -40,6 +40,16 @@ pub enum QueueError {
 /// Fetches a queue's attributes. Implementations must not panic and should bound their time.
 pub trait QueueInspector: Send + Sync {
     fn inspect<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueAttributes, QueueError>>;
+
+    /// The same with the identity a source's credentials name (`crate::identity`); by default the
+    /// inspector's own.
+    fn inspect_as<'a>(
+        &'a self,
+        queue: &'a QueueRef,
+        _credentials: &'a Credentials,
+    ) -> BoxFuture<'a, Result<QueueAttributes, QueueError>> {
+        self.inspect(queue)
+    }
 }
 
 /// What was learned about one entry of `spec.queues`.
@@ -63,7 +73,7 @@ pub async fn inspect_all(inspector: &dyn QueueInspector, spec: &SqsSourceSpec) -
         observations.push(QueueObservation {
             index,
             label: queue_label(queue),
-            result: inspector.inspect(queue).await,
+            result: inspector.inspect_as(queue, &spec.credentials).await,
         });
     }
     observations

@@ -4,8 +4,9 @@
 //! Why a client cache: building a client resolves credentials and opens a connection pool;
 //! sources that share an endpoint (every LocalStack source, every source of one region) share one.
 //! Every call is bounded by a timeout so a black-holed endpoint delays only its own source.
-//! The operator calls AWS with its own identity (IRSA or Pod Identity of the operator pod), not
-//! with the readers' credentials, which it never reads.
+//! An inspector calls AWS with the identity of its base configuration: the operator's own (IRSA
+//! or Pod Identity of the operator pod), or a role a source names (`crate::identity`), never the
+//! readers' credentials, which it never reads.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,11 @@ impl SqsInspector {
     /// `base` is the operator's AWS configuration (the default chain).
     pub fn new(base: aws_config::SdkConfig) -> Self {
         Self { base, clients: Arc::default() }
+    }
+
+    /// The AWS configuration the clients are built from (the identity they sign with).
+    pub fn base(&self) -> &aws_config::SdkConfig {
+        &self.base
     }
 
     /// The cached client for an endpoint override and a region.

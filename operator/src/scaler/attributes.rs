@@ -3,7 +3,9 @@
 //! Why a trait: the scaling loop is tested with a fake queue. Why its own implementation beside
 //! `queue_check`: the scaler polls every few seconds, so it asks for the three counters only and
 //! resolves a queue given by name once (cached), keeping to one AWS call per queue per interval
-//! whatever the replica count. It shares `queue_check`'s SQS clients (one per endpoint and region).
+//! whatever the replica count. It shares `queue_check`'s SQS clients (one per endpoint and region)
+//! for sources read with the operator's identity, and reads a source that names a role with that
+//! role (`crate::identity`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,8 +14,9 @@ use std::time::Duration;
 use aws_sdk_sqs::types::QueueAttributeName;
 use futures::FutureExt;
 use futures::future::{BoxFuture, try_join_all};
-use sluice_crds::{QueueFigures, QueueRef};
+use sluice_crds::{Credentials, QueueFigures, QueueRef};
 
+use crate::identity::Identities;
 use crate::queue_check::queue_label;
 use crate::queue_check::sqs::{SqsInspector, region_of_url};
 
@@ -34,9 +37,13 @@ impl AttributesError {
     }
 }
 
-/// Reads the depth figures of one queue.
+/// Reads the depth figures of one queue, as the identity `credentials` describe.
 pub trait QueueAttributes: Send + Sync {
-    fn figures<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueFigures, AttributesError>>;
+    fn figures<'a>(
+        &'a self,
+        queue: &'a QueueRef,
+        credentials: &'a Credentials,
+    ) -> BoxFuture<'a, Result<QueueFigures, AttributesError>>;
 }
 
 /// The figures of all of a source's queues, summed; all queues are asked at once. One failure fails
@@ -44,8 +51,9 @@ pub trait QueueAttributes: Send + Sync {
 pub async fn source_figures(
     attributes: &dyn QueueAttributes,
     queues: &[QueueRef],
+    credentials: &Credentials,
 ) -> Result<QueueFigures, AttributesError> {
-    let each = try_join_all(queues.iter().map(|q| attributes.figures(q))).await?;
+    let each = try_join_all(queues.iter().map(|q| attributes.figures(q, credentials))).await?;
     Ok(each.iter().fold(QueueFigures::default(), |sum, f| QueueFigures {
         visible: sum.visible.saturating_add(f.visible),
         in_flight: sum.in_flight.saturating_add(f.in_flight),
@@ -78,23 +86,40 @@ pub fn parse_figures(
 /// (endpoint override, region, queue name): a queue given by name is unique within these.
 type NameKey = (Option<String>, Option<String>, String);
 
-/// `QueueAttributes` over the AWS SDK, with the operator's own identity.
+/// `QueueAttributes` over the AWS SDK, with the source's role where it names one, else the
+/// operator's own identity.
 #[derive(Clone)]
 pub struct SqsQueueAttributes {
-    clients: SqsInspector,
+    identities: Identities,
     /// Queue URLs resolved from (endpoint, region, name).
     urls: Arc<Mutex<HashMap<NameKey, String>>>,
 }
 
 impl SqsQueueAttributes {
-    /// Shares `clients`' SQS client cache.
+    /// Shares `clients`' SQS client cache for the operator's own identity, and assumes roles
+    /// from it.
     pub fn new(clients: SqsInspector) -> Self {
-        Self { clients, urls: Arc::default() }
+        Self::with_identities(Identities::new(clients))
     }
 
-    async fn queue_figures(&self, queue: &QueueRef) -> Result<QueueFigures, AttributesError> {
+    /// Shares `identities` (and so each assumed role's cached credentials) with the reconciler.
+    pub fn with_identities(identities: Identities) -> Self {
+        Self { identities, urls: Arc::default() }
+    }
+
+    /// The identities this reader of attributes holds (for tests and metrics).
+    pub fn identities(&self) -> &Identities {
+        &self.identities
+    }
+
+    async fn queue_figures(
+        &self,
+        queue: &QueueRef,
+        credentials: &Credentials,
+    ) -> Result<QueueFigures, AttributesError> {
         let region = queue.region.clone().or_else(|| queue.url.as_deref().and_then(region_of_url));
-        let client = self.clients.client(queue.endpoint.as_deref(), region.as_deref());
+        let clients = self.identities.for_source(credentials).await;
+        let client = clients.client(queue.endpoint.as_deref(), region.as_deref());
         let url = match (&queue.url, &queue.name) {
             (Some(url), _) => url.clone(),
             (None, Some(name)) => {
@@ -130,8 +155,12 @@ impl SqsQueueAttributes {
 }
 
 impl QueueAttributes for SqsQueueAttributes {
-    fn figures<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueFigures, AttributesError>> {
-        self.queue_figures(queue).boxed()
+    fn figures<'a>(
+        &'a self,
+        queue: &'a QueueRef,
+        credentials: &'a Credentials,
+    ) -> BoxFuture<'a, Result<QueueFigures, AttributesError>> {
+        self.queue_figures(queue, credentials).boxed()
     }
 }
 
@@ -160,6 +189,7 @@ mod tests {
         fn figures<'a>(
             &'a self,
             queue: &'a QueueRef,
+            _: &'a Credentials,
         ) -> BoxFuture<'a, Result<QueueFigures, AttributesError>> {
             let found = queue.url.as_ref().and_then(|u| self.0.get(u)).cloned();
             async move { found.ok_or_else(|| AttributesError::new(queue, "no such queue")) }.boxed()
@@ -173,9 +203,10 @@ mod tests {
     #[tokio::test]
     async fn a_source_sums_its_queues() {
         let fake = Fake(HashMap::from([("a".into(), figures(1, 2, 3)), ("b".into(), figures(10, 20, 30))]));
-        let sum = source_figures(&fake, &[queue("a"), queue("b")]).await.unwrap();
+        let sum = source_figures(&fake, &[queue("a"), queue("b")], &Credentials::default()).await.unwrap();
         assert_eq!(sum, figures(11, 22, 33));
-        let err = source_figures(&fake, &[queue("a"), queue("gone")]).await.unwrap_err();
+        let err =
+            source_figures(&fake, &[queue("a"), queue("gone")], &Credentials::default()).await.unwrap_err();
         assert_eq!(err.to_string(), "queue gone: no such queue");
     }
 

@@ -37,7 +37,11 @@ impl FakeQueue {
 }
 
 impl QueueAttributes for FakeQueue {
-    fn figures<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueFigures, AttributesError>> {
+    fn figures<'a>(
+        &'a self,
+        queue: &'a QueueRef,
+        _: &'a sluice_crds::Credentials,
+    ) -> BoxFuture<'a, Result<QueueFigures, AttributesError>> {
         *self.calls.lock().unwrap().entry(queue.url.clone().unwrap_or_default()).or_default() += 1;
         let figures = self.figures.clone();
         async move { Ok(figures) }.boxed()

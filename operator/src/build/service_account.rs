@@ -1,0 +1,44 @@
+//! The readers' ServiceAccount: created per source with the user's annotations, or an existing
+//! one named in `spec.reader.serviceAccount`.
+//!
+//! Why here and not with the Role: the account is where a reader's AWS identity attaches on EKS
+//! (IRSA reads `eks.amazonaws.com/role-arn` from it; a Pod Identity association names it), so its
+//! shape follows the user's identity choice, while the Role only follows what readers call. An
+//! existing account is never written: the platform team that annotated or associated it owns it;
+//! the operator only binds the readers' Role to it.
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::names;
+use crate::validate::Validated;
+
+/// The account the reader pods run as.
+pub fn account_name(valid: &Validated<'_>) -> String {
+    let account = &valid.source.spec.reader.service_account;
+    account.name.clone().unwrap_or_else(|| names::reader_name(&valid.name))
+}
+
+/// The account to apply: `None` when the source uses an existing one.
+pub(super) fn service_account(valid: &Validated<'_>, owner: &OwnerReference) -> Option<ServiceAccount> {
+    let account = &valid.source.spec.reader.service_account;
+    if !account.create {
+        return None;
+    }
+    let mut created = super::rbac::service_account(valid, owner);
+    created.metadata.name = Some(account_name(valid));
+    if !account.annotations.is_empty() {
+        created.metadata.annotations = Some(account.annotations.clone());
+    }
+    Some(created)
+}
+
+/// Points the readers' RoleBinding at the account the pods actually run as.
+pub(super) fn bind_to_account(binding: &mut RoleBinding, account: &str) {
+    for subject in binding.subjects.iter_mut().flatten() {
+        if subject.kind == "ServiceAccount" {
+            account.clone_into(&mut subject.name);
+        }
+    }
+}
