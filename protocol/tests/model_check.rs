@@ -23,9 +23,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sluice_crds::checkpoint::coordinator::{self, Action as OpAction, Clock, LeaseView};
-use sluice_crds::checkpoint::reader_epoch::{Command, ReaderEpochs, Standing};
-use sluice_crds::checkpoint::{
+use sluice_protocol::coordinator::{self, Action as OpAction, Clock, LeaseView};
+use sluice_protocol::reader_epoch::{Command, ReaderEpochs, Standing};
+use sluice_protocol::{
     Checkpoint, Epoch, EpochKey, IdSet, Incarnation, Lease, Redelivery, can_rejoin, classify, rejoin,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property};

@@ -21,13 +21,24 @@ const VERBATIM: char = '=';
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Why an encoded id list could not be read back, or an id could not be written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdError {
-    #[error("message id {0:?} contains ',' and cannot be recorded")]
     Separator(String),
-    #[error("token {0:?} is neither a 22-character UUID nor a '='-prefixed id")]
     Token(String),
 }
+
+impl std::fmt::Display for IdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdError::Separator(id) => write!(f, "message id {id:?} contains ',' and cannot be recorded"),
+            IdError::Token(token) => {
+                write!(f, "token {token:?} is neither a 22-character UUID nor a '='-prefixed id")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdError {}
 
 /// Encodes `ids` as one ConfigMap value.
 pub fn encode(ids: &IdSet) -> Result<String, IdError> {

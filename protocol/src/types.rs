@@ -69,13 +69,22 @@ pub const ROLE_LABEL: &str = "sluice.dev/checkpoint-role";
 pub const SOURCE_LABEL: &str = "sluice.dev/source";
 
 /// A ConfigMap's data could not be read as checkpoint or lease data.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataError {
-    #[error("key {0:?} is missing")]
     Missing(&'static str),
-    #[error("key {key:?} has value {value:?}: {reason}")]
     Invalid { key: String, value: String, reason: String },
 }
+
+impl fmt::Display for DataError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataError::Missing(key) => write!(f, "key {key:?} is missing"),
+            DataError::Invalid { key, value, reason } => write!(f, "key {key:?} has value {value:?}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for DataError {}
 
 impl DataError {
     pub(crate) fn invalid(key: &str, value: &str, reason: impl fmt::Display) -> Self {
