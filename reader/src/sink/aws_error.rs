@@ -7,7 +7,8 @@
 
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 
-use super::retry::AttemptError;
+use super::retry::{AttemptError, Class, RetryPolicy};
+use crate::aws::describe;
 
 /// Error codes that AWS documents as throttling or a passing service fault.
 const TRANSIENT_CODES: &[&str] = &[
@@ -67,6 +68,23 @@ where
     }
 }
 
+/// The pause before the next attempt after `attempt` attempts and `elapsed` since the first, or
+/// `None`: give up (fatal, not retryable under `policy`, or the policy's bounds are reached).
+pub fn next_delay(
+    policy: &RetryPolicy,
+    failure: &AwsFailure,
+    attempt: u32,
+    elapsed: std::time::Duration,
+) -> Option<std::time::Duration> {
+    match failure {
+        AwsFailure::Fatal { .. } => None,
+        AwsFailure::Transient { kind, .. } => match policy.classify(kind) {
+            Class::Permanent => None,
+            Class::Transient { hint } => policy.next_delay(attempt, elapsed, hint, fastrand::f64()),
+        },
+    }
+}
+
 /// A service's answer, from its error code (HTTP status is not exposed uniformly across
 /// services, and every AWS service names its transient faults).
 pub fn service_failure(code: Option<&str>, reason: String) -> AwsFailure {
@@ -75,28 +93,6 @@ pub fn service_failure(code: Option<&str>, reason: String) -> AwsFailure {
             AwsFailure::Transient { kind: AttemptError::ServiceFault, reason }
         }
         _ => AwsFailure::Fatal { reason },
-    }
-}
-
-fn describe<E, R>(error: &SdkError<E, R>) -> String
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    match (error.code(), error.message()) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code.to_owned(),
-        _ => {
-            // SdkError's Display is only its variant name; the cause chain says what happened.
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
     }
 }
 

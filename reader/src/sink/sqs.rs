@@ -27,10 +27,10 @@ use futures::future::{BoxFuture, join_all};
 use sluice_crds::SqsSinkSpec;
 
 use super::aws_error::{self, AwsFailure, service_failure};
-use super::build::SinkBuildError;
-use super::http::parse_http_url;
-use super::retry::{AttemptError, Class, RetryPolicy};
+use super::error::SinkBuildError;
+use super::retry::{AttemptError, RetryPolicy};
 use super::stats::SinkStats;
+use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
 use crate::record::Record;
 
@@ -110,15 +110,7 @@ impl SqsSink {
             let (retry, failure) = self.attempt(&pending, &mut outcomes).await;
             pending.retain(|(i, _)| retry.contains(i));
             let Some(failure) = failure else { break };
-            let delay = match &failure {
-                AwsFailure::Fatal { .. } => None,
-                AwsFailure::Transient { kind, .. } => match self.policy.classify(kind) {
-                    Class::Permanent => None,
-                    Class::Transient { hint } => {
-                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
-                    }
-                },
-            };
+            let delay = aws_error::next_delay(&self.policy, &failure, attempt, started.elapsed());
             let Some(delay) = delay else {
                 let reason = match failure {
                     AwsFailure::Fatal { reason } => reason,
