@@ -84,68 +84,73 @@ impl Metrics {
             rate_limit_bytes: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("received_messages", "Messages received from SQS", m.received.clone());
-        registry.register("delivered_messages", "Messages acknowledged by a sink", m.delivered.clone());
-        registry.register("deleted_messages", "Messages deleted from SQS", m.deleted.clone());
+        m.register(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// Every metric under its name and help text (the names are the contract).
+    fn register(&self, registry: &mut Registry) {
+        registry.register("received_messages", "Messages received from SQS", self.received.clone());
+        registry.register("delivered_messages", "Messages acknowledged by a sink", self.delivered.clone());
+        registry.register("deleted_messages", "Messages deleted from SQS", self.deleted.clone());
         registry.register(
             "dead_lettered_messages",
             "Messages taken by the dead-letter sink",
-            m.dead_lettered.clone(),
+            self.dead_lettered.clone(),
         );
         registry.register(
             "released_messages",
             "Messages made visible again (not delivered)",
-            m.released.clone(),
+            self.released.clone(),
         );
-        registry.register("retries", "Delivery attempts beyond the first, per sink", m.retries.clone());
-        registry.register("errors", "Errors by pipeline stage and type", m.errors.clone());
+        registry.register("retries", "Delivery attempts beyond the first, per sink", self.retries.clone());
+        registry.register("errors", "Errors by pipeline stage and type", self.errors.clone());
         registry.register(
             "empty_receives",
             "ReceiveMessage calls that returned nothing",
-            m.empty_receives.clone(),
+            self.empty_receives.clone(),
         );
         registry.register(
             "in_flight_messages",
             "Messages received and not yet deleted or released",
-            m.in_flight.clone(),
+            self.in_flight.clone(),
         );
         registry.register(
             "sink_latency_seconds",
             "Time a sink took to answer a delivery",
-            m.sink_latency.clone(),
+            self.sink_latency.clone(),
         );
-        registry.register("lag_seconds", "Time from SentTimestamp to receipt", m.lag.clone());
+        registry.register("lag_seconds", "Time from SentTimestamp to receipt", self.lag.clone());
         registry.register(
             "duplicates",
             "Messages received again by this reader (redeliveries)",
-            m.duplicates.clone(),
+            self.duplicates.clone(),
         );
         registry.register(
             "rate_limit_messages_per_second",
             "This replica's share of the source-wide messages/s limit (0: no limit)",
-            m.rate_limit_messages.clone(),
+            self.rate_limit_messages.clone(),
         );
         registry.register(
             "rate_limit_bytes_per_second",
             "This replica's share of the source-wide bytes/s limit (0: no limit)",
-            m.rate_limit_bytes.clone(),
+            self.rate_limit_bytes.clone(),
         );
         registry.register(
             "epochs_committed",
             "Own checkpoint epochs committed and deleted",
-            m.epochs_committed.clone(),
+            self.epochs_committed.clone(),
         );
         registry.register(
             "commit_latency_seconds",
             "Exactly-once: from an epoch's pre-commit to its deletes confirmed",
-            m.commit_latency.clone(),
+            self.commit_latency.clone(),
         );
         registry.register(
             "redelivered_committed_messages",
             "Redelivered messages deleted without delivery: an epoch had committed them",
-            m.redelivered_committed.clone(),
+            self.redelivered_committed.clone(),
         );
-        Self { registry, ..m }
     }
 
     pub fn error(&self, stage: &'static str, error_type: impl Into<String>) {

@@ -35,6 +35,14 @@ pub enum AwsFailure {
 }
 
 impl AwsFailure {
+    /// Worth another attempt under `policy`?
+    pub fn class(&self, policy: &RetryPolicy) -> Class {
+        match self {
+            Self::Fatal { .. } => Class::Permanent,
+            Self::Transient { kind, .. } => policy.classify(kind),
+        }
+    }
+
     pub fn reason(&self) -> &str {
         match self {
             Self::Transient { reason, .. } | Self::Fatal { reason } => reason,
@@ -65,23 +73,6 @@ where
         SdkError::ResponseError(_) => AwsFailure::Transient { kind: AttemptError::Io, reason },
         SdkError::ServiceError(_) => service_failure(error.code(), reason),
         _ => AwsFailure::Fatal { reason },
-    }
-}
-
-/// The pause before the next attempt after `attempt` attempts and `elapsed` since the first, or
-/// `None`: give up (fatal, not retryable under `policy`, or the policy's bounds are reached).
-pub fn next_delay(
-    policy: &RetryPolicy,
-    failure: &AwsFailure,
-    attempt: u32,
-    elapsed: std::time::Duration,
-) -> Option<std::time::Duration> {
-    match failure {
-        AwsFailure::Fatal { .. } => None,
-        AwsFailure::Transient { kind, .. } => match policy.classify(kind) {
-            Class::Permanent => None,
-            Class::Transient { hint } => policy.next_delay(attempt, elapsed, hint, fastrand::f64()),
-        },
     }
 }
 

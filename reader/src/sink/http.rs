@@ -20,7 +20,7 @@ use sluice_crds::HttpSinkSpec;
 use tokio::sync::Semaphore;
 
 use super::error::SinkBuildError;
-use super::retry::{AttemptError, Class, RetryPolicy, parse_retry_after};
+use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
@@ -81,27 +81,22 @@ impl HttpSink {
     }
 
     async fn deliver_one(&self, record: &Record) -> Outcome {
-        let started = Instant::now();
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(&self.policy, &self.stats);
         loop {
-            attempt += 1;
             let error = match self.attempt(record).await {
                 Ok(()) => return Outcome::Delivered,
                 Err(error) => error,
             };
             let reason = error.reason;
-            match self.policy.classify(&error.kind) {
-                Class::Permanent => return Outcome::Rejected { reason },
-                Class::Transient { hint } => {
-                    let Some(delay) =
-                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
-                    else {
-                        let reason = format!("{reason} (gave up after {attempt} attempts)");
-                        return Outcome::Failed { reason };
-                    };
+            match attempts.failed(self.policy.classify(&error.kind)) {
+                Ok(delay) => {
                     tracing::debug!(sink = %self.name, message_id = %record.message_id, %reason, ?delay, "retrying");
-                    self.stats.record_retry();
                     tokio::time::sleep(delay).await;
+                }
+                Err(GiveUp::Permanent) => return Outcome::Rejected { reason },
+                Err(GiveUp::Exhausted { attempts }) => {
+                    let reason = format!("{reason} (gave up after {attempts} attempts)");
+                    return Outcome::Failed { reason };
                 }
             }
         }

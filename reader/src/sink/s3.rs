@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 
 use super::aws_error;
 use super::error::SinkBuildError;
-use super::retry::RetryPolicy;
+use super::retry::{Attempts, RetryPolicy};
 use super::s3_layout::{append_line, direct_key, epoch_prefix, new_incarnation, object_key};
 use super::stats::SinkStats;
 use super::url::parse_http_url;
@@ -594,10 +594,8 @@ impl S3Sink {
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
-        let started = Instant::now();
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(&self.policy, &self.stats);
         loop {
-            attempt += 1;
             let call_started = Instant::now();
             let result = call().await;
             self.stats.record_request(call_started.elapsed());
@@ -605,12 +603,13 @@ impl S3Sink {
                 Ok(value) => return Ok(value),
                 Err(e) => aws_error::classify(&e),
             };
-            let delay = aws_error::next_delay(&self.policy, &failure, attempt, started.elapsed());
-            let Some(delay) = delay else {
-                return Err(self.error(format!("{what}: {} (after {attempt} attempts)", failure.reason())));
-            };
-            self.stats.record_retry();
-            tokio::time::sleep(delay).await;
+            match attempts.failed(failure.class(&self.policy)) {
+                Ok(delay) => tokio::time::sleep(delay).await,
+                Err(_) => {
+                    let made = attempts.made();
+                    return Err(self.error(format!("{what}: {} (after {made} attempts)", failure.reason())));
+                }
+            }
         }
     }
 
