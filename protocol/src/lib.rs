@@ -10,6 +10,7 @@
 //! comes back. The model check (`protocol/tests/model_check.rs`) drives the same code.
 
 mod checkpoint_data;
+mod clock;
 pub mod coordinator;
 mod fate;
 pub mod ids;
@@ -18,6 +19,7 @@ pub mod reader_epoch;
 mod types;
 
 pub use checkpoint_data::{Checkpoint, Member};
+pub use clock::now_ms;
 pub use fate::{Fate, Redelivery, can_rejoin, classify, committed_ids, fate, rejoin};
 pub use ids::{IdSet, LEASE_ID_BUDGET};
 pub use lease_data::Lease;

@@ -79,7 +79,9 @@ impl fmt::Display for DataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DataError::Missing(key) => write!(f, "key {key:?} is missing"),
-            DataError::Invalid { key, value, reason } => write!(f, "key {key:?} has value {value:?}: {reason}"),
+            DataError::Invalid { key, value, reason } => {
+                write!(f, "key {key:?} has value {value:?}: {reason}")
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
+use sluice_protocol::now_ms;
 use sluice_protocol::{
     Checkpoint, Epoch, IdSet, Incarnation, Lease, ROLE_LABEL, Redelivery, SOURCE_LABEL, can_rejoin,
     checkpoint_configmap_name, classify, lease_configmap_name, rejoin,
@@ -30,7 +31,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exactly_once::{Backend, CoordinationError, Entries, Result};
 use crate::process::backoff::retry;
-use crate::process::clock::now_ms;
 
 /// How often the checkpoint ConfigMap is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(250);

@@ -21,12 +21,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
-use sluice_protocol::{EpochKey, Redelivery};
+use sluice_protocol::{EpochKey, Redelivery, now_ms};
 
 use super::Driver;
 use super::worker::sink_failed;
 use crate::aws::queue::Queue;
-use crate::process::clock::now_ms;
 use crate::settle::ledger::Tag;
 use crate::settle::{Arrival, Pipeline};
 

@@ -11,12 +11,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use sluice_protocol::coordinator::{self, Clock, LeaseView};
+use sluice_protocol::now_ms;
 use sluice_protocol::{Checkpoint, Epoch, IdSet, Incarnation, Lease, Redelivery, classify, rejoin};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{Backend, CoordinationError, Entries, Result};
-use crate::process::clock::now_ms;
 
 /// How often the in-process coordinator looks at the clock, at most.
 const MAX_TICK: Duration = Duration::from_millis(100);

@@ -13,12 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_protocol::{EpochKey, IdSet};
+use sluice_protocol::{EpochKey, IdSet, now_ms};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Driver, Work};
-use crate::process::clock::now_ms;
 use crate::process::metrics::Metrics;
 use crate::settle::Pipeline;
 use crate::settle::ledger::{Tag, Ticket};

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
 use sluice_crds::PayloadFormat;
+use sluice_protocol::now_ms;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decode::{Decoded, decode};
@@ -20,7 +21,6 @@ use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::Item;
 use crate::process::backoff::backoff;
-use crate::process::clock::now_ms;
 use crate::process::stop::Stop;
 use crate::settle::ledger::Ticket;
 use crate::settle::{Arrival, Pipeline};

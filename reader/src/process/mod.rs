@@ -3,7 +3,6 @@
 
 pub mod admin;
 pub mod backoff;
-pub mod clock;
 pub mod error;
 pub mod metrics;
 pub mod signals;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::acker::BATCH;
@@ -16,7 +17,6 @@ use super::gate::Gate;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
-use crate::process::clock::now_ms;
 use crate::process::metrics::Metrics;
 
 const TICK: Duration = Duration::from_millis(500);

@@ -17,6 +17,7 @@ use futures::future::{BoxFuture, join_all};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use sluice_crds::HttpSinkSpec;
+use sluice_protocol::now_ms;
 use tokio::sync::Semaphore;
 
 use super::error::SinkBuildError;
@@ -24,7 +25,6 @@ use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_afte
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
-use crate::process::clock::now_ms;
 use crate::record::Record;
 
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).

@@ -19,7 +19,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::future::BoxFuture;
 use sluice_crds::S3SinkSpec;
-use sluice_protocol::{EpochKey, Incarnation};
+use sluice_protocol::{EpochKey, Incarnation, now_ms};
 use tokio::sync::Mutex;
 
 use super::aws_error;
@@ -29,7 +29,6 @@ use super::s3_layout::{append_line, direct_key, epoch_prefix, new_incarnation, o
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
-use crate::process::clock::now_ms;
 use crate::record::Record;
 
 /// S3's smallest part (all but the last part of an upload).

@@ -3,7 +3,7 @@
 //! Why a policy and not a flag in the pipeline: at-least-once deletes as soon as the sink says
 //! `Delivered`; exactly-once (DESIGN.md section 3) holds the acknowledged receipts of an epoch
 //! until the epoch is committed across readers. The ledger asks the policy, so the pipeline is
-//! the same under both guarantees and the coordination layer only has to call `commit`.
+//! the same under both guarantees and the exactly-once layer only has to call `commit`.
 
 use sluice_crds::Guarantee;
 
@@ -24,7 +24,7 @@ impl DeletePolicy {
     }
 
     /// Whether an acknowledged message is deleted at once (or held for its epoch's commit, which
-    /// the coordination layer announces).
+    /// the exactly-once layer announces).
     pub fn deletes_on_ack(self) -> bool {
         self == DeletePolicy::OnAck
     }
