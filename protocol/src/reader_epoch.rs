@@ -335,66 +335,85 @@ impl ReaderEpochs {
         if self.standing == Standing::Over {
             return out;
         }
-        let live = matches!(self.standing, Standing::Member | Standing::Suspended);
         let fenced_through = match self.standing {
             Standing::Fenced(t) => Some(t),
             _ => None,
         };
-
-        // Abort what can never commit.
         if let Some(t) = fenced_through {
-            let doomed: Vec<Epoch> = self
-                .epochs
-                .range(t + 1..)
-                .filter(|(_, s)| s.stage < Stage::Committing)
-                .map(|(e, _)| *e)
-                .collect();
-            for epoch in doomed {
-                self.epochs.remove(&epoch);
-                out.push(Command::Abort(epoch));
-            }
+            self.abort_after(t, &mut out);
         }
-
-        // Close: an epoch older than the open one whose messages are all settled.
-        if live {
-            for (epoch, state) in self.epochs.range_mut(..self.open) {
-                if state.stage == Stage::Open && state.unsettled == 0 {
-                    if state.ids.is_empty() {
-                        state.stage = Stage::PreCommitted;
-                    } else {
-                        state.stage = Stage::PreCommitting;
-                        out.push(Command::PreCommit(*epoch));
-                    }
-                }
-            }
+        if matches!(self.standing, Standing::Member | Standing::Suspended) {
+            self.close(&mut out);
         }
-
-        // Ack: the longest run of closed, pre-committed epochs after the last ack.
         if self.standing == Standing::Member && !self.ack_in_flight {
-            let blocked = self
-                .epochs
-                .range(self.acked + 1..)
-                .find(|(_, s)| s.stage < Stage::PreCommitted)
-                .map(|(e, _)| *e);
-            let through = blocked.unwrap_or(self.open).min(self.open) - 1;
-            if through > self.acked {
-                let mut entries = Vec::new();
-                for (epoch, state) in self.epochs.range_mut(self.acked + 1..=through) {
-                    if state.stage == Stage::PreCommitted {
-                        state.stage = Stage::Acking;
-                        if !state.ids.is_empty() {
-                            entries.push((*epoch, state.ids.clone()));
-                        }
-                    }
+            self.ack(&mut out);
+        }
+        self.commit(&mut out);
+        self.forget(&mut out);
+        // Rejoin once fenced and nothing is left in progress but ids awaiting redelivery (they
+        // stay in the lease and the next incarnation inherits them).
+        if fenced_through.is_some()
+            && self.epochs.values().all(|s| s.stage == Stage::Undeleted && !s.ids.is_empty())
+        {
+            self.standing = Standing::Over;
+            out.push(Command::Rejoin);
+        }
+        out
+    }
+
+    /// Abort what can never commit: the epochs after the fence that had not reached a commit.
+    fn abort_after(&mut self, fenced_through: Epoch, out: &mut Vec<Command>) {
+        let doomed: Vec<Epoch> = self
+            .epochs
+            .range(fenced_through + 1..)
+            .filter(|(_, s)| s.stage < Stage::Committing)
+            .map(|(e, _)| *e)
+            .collect();
+        for epoch in doomed {
+            self.epochs.remove(&epoch);
+            out.push(Command::Abort(epoch));
+        }
+    }
+
+    /// Close: an epoch older than the open one whose messages are all settled.
+    fn close(&mut self, out: &mut Vec<Command>) {
+        for (epoch, state) in self.epochs.range_mut(..self.open) {
+            if state.stage == Stage::Open && state.unsettled == 0 {
+                if state.ids.is_empty() {
+                    state.stage = Stage::PreCommitted;
+                } else {
+                    state.stage = Stage::PreCommitting;
+                    out.push(Command::PreCommit(*epoch));
                 }
-                self.ack_in_flight = true;
-                out.push(Command::WriteAck { through, entries });
             }
         }
+    }
 
-        // Commit: closed epochs known committed. `committed` only rises from a version in which
-        // this incarnation was an unfenced member (or from its fence), so `C >= e` proves that our
-        // ack of `e` landed, even if its write reported an error or is still in flight.
+    /// Ack: the longest run of closed, pre-committed epochs after the last ack.
+    fn ack(&mut self, out: &mut Vec<Command>) {
+        let blocked =
+            self.epochs.range(self.acked + 1..).find(|(_, s)| s.stage < Stage::PreCommitted).map(|(e, _)| *e);
+        let through = blocked.unwrap_or(self.open).min(self.open) - 1;
+        if through <= self.acked {
+            return;
+        }
+        let mut entries = Vec::new();
+        for (epoch, state) in self.epochs.range_mut(self.acked + 1..=through) {
+            if state.stage == Stage::PreCommitted {
+                state.stage = Stage::Acking;
+                if !state.ids.is_empty() {
+                    entries.push((*epoch, state.ids.clone()));
+                }
+            }
+        }
+        self.ack_in_flight = true;
+        out.push(Command::WriteAck { through, entries });
+    }
+
+    /// Commit: closed epochs known committed. `committed` only rises from a version in which
+    /// this incarnation was an unfenced member (or from its fence), so `C >= e` proves that our
+    /// ack of `e` landed, even if its write reported an error or is still in flight.
+    fn commit(&mut self, out: &mut Vec<Command>) {
         for (epoch, state) in self.epochs.range_mut(..=self.committed) {
             if matches!(state.stage, Stage::PreCommitted | Stage::Acking | Stage::Acked) {
                 state.stage = Stage::Committing;
@@ -405,24 +424,16 @@ impl ReaderEpochs {
                 }));
             }
         }
+    }
 
-        // Forget: every id of the epoch is confirmed deleted.
+    /// Forget: every id of the epoch is confirmed deleted.
+    fn forget(&mut self, out: &mut Vec<Command>) {
         for (epoch, state) in &mut self.epochs {
             if state.stage == Stage::Undeleted && state.ids.is_empty() {
                 state.stage = Stage::Forgetting;
                 out.push(Command::Forget { incarnation: self.incarnation, epoch: *epoch });
             }
         }
-
-        // Rejoin once fenced and nothing is left in progress but ids awaiting redelivery (they
-        // stay in the lease and the next incarnation inherits them).
-        if fenced_through.is_some()
-            && self.epochs.values().all(|s| s.stage == Stage::Undeleted && !s.ids.is_empty())
-        {
-            self.standing = Standing::Over;
-            out.push(Command::Rejoin);
-        }
-        out
     }
 }
 

@@ -48,24 +48,21 @@ pub async fn join(
     Ok(Driver::start(backend, &inherited, stop))
 }
 
-#[cfg(feature = "cluster")]
+/// The lease backend; without the `cluster` feature, a configuration error.
 async fn in_cluster(
     settings: &Settings,
     options: &Options,
     queues: &[Arc<Queue>],
     stop: CancellationToken,
 ) -> Result<(Arc<dyn Backend>, Entries)> {
-    crate::cluster::join(&settings.source_name, &options.reader_id, lease_duration(queues), stop).await
-}
-
-#[cfg(not(feature = "cluster"))]
-async fn in_cluster(
-    _settings: &Settings,
-    _options: &Options,
-    _queues: &[Arc<Queue>],
-    _stop: CancellationToken,
-) -> Result<(Arc<dyn Backend>, Entries)> {
-    Err(not_built_for_clusters())
+    #[cfg(feature = "cluster")]
+    return crate::cluster::join(&settings.source_name, &options.reader_id, lease_duration(queues), stop)
+        .await;
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (settings, options, queues, stop);
+        Err(not_built_for_clusters())
+    }
 }
 
 /// `--coordination kubernetes` on a reader built without the `cluster` feature.
