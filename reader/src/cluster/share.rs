@@ -255,15 +255,6 @@ mod tests {
         assert!(replicas_of(&cm(&[("replicas", "three")])).is_err());
     }
 
-    #[test]
-    fn gauges_show_the_applied_share() {
-        let metrics = Metrics::new();
-        publish(&metrics, rate(Some(20), None, 1));
-        let text = metrics.encode();
-        assert!(text.contains("sluice_reader_rate_limit_messages_per_second 20"), "{text}");
-        assert!(text.contains("sluice_reader_rate_limit_bytes_per_second 0"), "{text}");
-    }
-
     #[tokio::test]
     async fn follow_applies_the_published_count_and_keeps_it_through_errors() {
         use axum::http::StatusCode;

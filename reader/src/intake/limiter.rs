@@ -102,6 +102,18 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn gauges_show_the_applied_share() {
+        let metrics = Metrics::new();
+        publish(
+            &metrics,
+            RateSettings { messages_per_second: Some(20), bytes_per_second: None, burst_seconds: 1 },
+        );
+        let text = metrics.encode();
+        assert!(text.contains("sluice_reader_rate_limit_messages_per_second 20"), "{text}");
+        assert!(text.contains("sluice_reader_rate_limit_bytes_per_second 0"), "{text}");
+    }
+
     fn rate(mps: Option<u32>, bps: Option<u64>) -> RateSettings {
         RateSettings { messages_per_second: mps, bytes_per_second: bps, burst_seconds: 1 }
     }
