@@ -26,10 +26,9 @@ use sluice_protocol::{
     Checkpoint, Epoch, IdSet, Incarnation, Lease, ROLE_LABEL, Redelivery, SOURCE_LABEL, can_rejoin,
     checkpoint_configmap_name, classify, lease_configmap_name, rejoin,
 };
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::exactly_once::{Backend, CoordinationError, Entries, Result};
+use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
 
 /// How often the checkpoint ConfigMap is read.
@@ -68,8 +67,7 @@ pub struct Cluster {
     /// Expiry of the lease as last written (renewal or take-over), for `lease_valid_until_ms`.
     valid_until: AtomicI64,
     figures: Mutex<(u64, u64, bool)>,
-    checkpoints: watch::Sender<Option<Checkpoint>>,
-    lost: watch::Sender<bool>,
+    observed: Observed,
 }
 
 /// The lease ConfigMap object for `lease`.
@@ -145,8 +143,7 @@ impl Cluster {
             covered_until: AtomicI64::new(i64::MAX),
             valid_until: AtomicI64::new(valid_until),
             figures: Mutex::new((0, 0, false)),
-            checkpoints: watch::Sender::new(None),
-            lost: watch::Sender::new(false),
+            observed: Observed::default(),
         });
         tokio::spawn(cluster.clone().poll_checkpoint(stop.clone()));
         tokio::spawn(cluster.clone().renew(stop));
@@ -168,7 +165,7 @@ impl Cluster {
         // A lease that ran out on our own clock may already be fenced: a paused process that
         // resumes (a zombie) must not write as if it still held it.
         if now_ms() >= held.lease.expires_at_ms() {
-            self.lost.send_replace(true);
+            self.observed.set_lost(true);
             return Err(CoordinationError::Conflict);
         }
         let mut lease = held.lease.clone();
@@ -183,7 +180,7 @@ impl Cluster {
                 Ok(())
             }
             Err(e) if is_conflict(&e) => {
-                self.lost.send_replace(true);
+                self.observed.set_lost(true);
                 Err(CoordinationError::Conflict)
             }
             Err(e) => Err(e.into()),
@@ -197,14 +194,14 @@ impl Cluster {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(period) => {}
             }
-            if *self.lost.borrow() {
+            if self.observed.is_lost() {
                 continue;
             }
             let now = now_ms();
             let expires_at = self.held.lock().await.lease.expires_at_ms();
             if now >= expires_at {
                 tracing::warn!("own lease ran out before it was renewed; this incarnation is done");
-                self.lost.send_replace(true);
+                self.observed.set_lost(true);
                 continue;
             }
             let duration_ms = self.config.lease_duration.as_millis() as i64;
@@ -237,15 +234,7 @@ impl Cluster {
                 .map_err(CoordinationError::from)
                 .and_then(|cm| checkpoint_of(cm.as_ref()))
             {
-                Ok(Some(cp)) => {
-                    self.checkpoints.send_if_modified(|seen| {
-                        let newer = seen.as_ref().is_none_or(|s| s != &cp);
-                        if newer {
-                            *seen = Some(cp);
-                        }
-                        newer
-                    });
-                }
+                Ok(Some(cp)) => self.observed.checkpoint(cp),
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "cannot read the checkpoint"),
             }
@@ -326,7 +315,7 @@ async fn take_over(
 
 impl Backend for Cluster {
     fn lease_valid_until_ms(&self) -> i64 {
-        if *self.lost.borrow() {
+        if self.observed.is_lost() {
             return i64::MIN;
         }
         self.valid_until.load(Ordering::Relaxed)
@@ -344,7 +333,7 @@ impl Backend for Cluster {
                     lease.in_flight = 0;
                 })
                 .await;
-            self.lost.send_replace(true);
+            self.observed.set_lost(true);
             result
         }
         .boxed()
@@ -358,12 +347,8 @@ impl Backend for Cluster {
         Incarnation(self.incarnation.load(Ordering::Relaxed))
     }
 
-    fn checkpoints(&self) -> watch::Receiver<Option<Checkpoint>> {
-        self.checkpoints.subscribe()
-    }
-
-    fn lease_lost(&self) -> watch::Receiver<bool> {
-        self.lost.subscribe()
+    fn observed(&self) -> &Observed {
+        &self.observed
     }
 
     fn write_ack(
@@ -398,7 +383,7 @@ impl Backend for Cluster {
             self.valid_until.store(fresh.lease.expires_at_ms(), Ordering::Relaxed);
             *held = fresh;
             self.incarnation.store(incarnation.0, Ordering::Relaxed);
-            self.lost.send_replace(false);
+            self.observed.set_lost(false);
             Ok((incarnation, inherited))
         }
         .boxed()

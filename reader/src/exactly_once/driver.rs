@@ -244,15 +244,15 @@ impl Driver {
         let (machine, commands) = ReaderEpochs::rejoined(self.backend.pod(), incarnation, &inherited);
         *self.lock() = machine;
         self.run(commands, incarnation);
-        let current = self.backend.checkpoints().borrow().clone();
+        let current = self.backend.observed().checkpoints().borrow().clone();
         if let Some(cp) = current {
             self.apply(|m| m.observe(&cp));
         }
     }
 
     async fn follow(self: Arc<Self>) {
-        let mut checkpoints = self.backend.checkpoints();
-        let mut lost = self.backend.lease_lost();
+        let mut checkpoints = self.backend.observed().checkpoints();
+        let mut lost = self.backend.observed().lease_lost();
         let current = checkpoints.borrow_and_update().clone();
         if let Some(cp) = current {
             self.apply(|m| m.observe(&cp));

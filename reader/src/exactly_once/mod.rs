@@ -11,6 +11,7 @@
 
 pub mod driver;
 mod gate;
+mod observed;
 mod redelivery;
 pub mod standalone;
 mod worker;
@@ -18,11 +19,11 @@ mod worker;
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
-use sluice_protocol::{Checkpoint, DataError, Epoch, EpochKey, IdSet, Incarnation, Redelivery};
-use tokio::sync::watch;
+use sluice_protocol::{DataError, Epoch, EpochKey, IdSet, Incarnation, Redelivery};
 
 pub use driver::Driver;
 pub use gate::EpochGate;
+pub use observed::Observed;
 pub use worker::EpochWorker;
 
 /// What the pipeline must do for the protocol. Each has an answer on the [`Driver`]. Every item
@@ -68,10 +69,8 @@ pub trait Backend: Send + Sync + 'static {
     fn pod(&self) -> &str;
     /// The incarnation whose lease is current.
     fn incarnation(&self) -> Incarnation;
-    /// Checkpoint versions as they are observed, oldest first (`None` until the first).
-    fn checkpoints(&self) -> watch::Receiver<Option<Checkpoint>>;
-    /// Becomes `true` when the own lease is lost: a renewal conflict, or it ran out on our clock.
-    fn lease_lost(&self) -> watch::Receiver<bool>;
+    /// The checkpoint versions and the lease loss this backend observed.
+    fn observed(&self) -> &Observed;
     /// One compare-and-swap: `ackedEpoch = through` and an id entry per listed epoch, for
     /// `incarnation`; a [`CoordinationError::Conflict`] if the lease now belongs to another one (a
     /// late ack of an incarnation that is over must never land in its successor's lease).

@@ -13,10 +13,9 @@ use futures::future::BoxFuture;
 use sluice_protocol::coordinator::{self, Clock, LeaseView};
 use sluice_protocol::now_ms;
 use sluice_protocol::{Checkpoint, Epoch, IdSet, Incarnation, Lease, Redelivery, classify, rejoin};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, CoordinationError, Entries, Result};
+use super::{Backend, CoordinationError, Entries, Observed, Result};
 
 /// How often the in-process coordinator looks at the clock, at most.
 const MAX_TICK: Duration = Duration::from_millis(100);
@@ -31,8 +30,7 @@ pub struct Standalone {
     pod: String,
     interval_ms: i64,
     books: Mutex<Books>,
-    checkpoints: watch::Sender<Option<Checkpoint>>,
-    lost: watch::Sender<bool>,
+    observed: Observed,
 }
 
 impl Standalone {
@@ -46,8 +44,7 @@ impl Standalone {
                 checkpoint: Checkpoint::initial(now),
                 lease: Lease::new(pod, Incarnation::generate(), now, 3600),
             }),
-            checkpoints: watch::Sender::new(None),
-            lost: watch::Sender::new(false),
+            observed: Observed::default(),
         });
         backend.step();
         let ticker = backend.clone();
@@ -83,11 +80,7 @@ impl Standalone {
             books.checkpoint = step.checkpoint;
         }
         let current = books.checkpoint.clone();
-        self.checkpoints.send_if_modified(|seen| {
-            let changed = seen.as_ref() != Some(&current);
-            *seen = Some(current);
-            changed
-        });
+        self.observed.checkpoint(current);
     }
 
     /// The lease as it stands (tests, diagnostics).
@@ -114,12 +107,8 @@ impl Backend for Standalone {
         self.lock().lease.incarnation
     }
 
-    fn checkpoints(&self) -> watch::Receiver<Option<Checkpoint>> {
-        self.checkpoints.subscribe()
-    }
-
-    fn lease_lost(&self) -> watch::Receiver<bool> {
-        self.lost.subscribe()
+    fn observed(&self) -> &Observed {
+        &self.observed
     }
 
     fn write_ack(
@@ -155,7 +144,7 @@ impl Backend for Standalone {
         let inherited = lease.ids.clone();
         books.lease = lease;
         drop(books);
-        self.lost.send_replace(false);
+        self.observed.set_lost(false);
         async move { Ok((incarnation, inherited)) }.boxed()
     }
 
