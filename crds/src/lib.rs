@@ -1,7 +1,10 @@
 #![forbid(unsafe_code)]
-//! The SqsSource API and the checkpoint protocol's shared data types.
+//! The SqsSource API.
+//!
+//! `checkpoint` is the protocol crate under the name the API's users know: the checkpoint and
+//! lease ConfigMaps that the operator and the readers exchange are part of the API.
 
-pub mod checkpoint;
+pub use sluice_protocol as checkpoint;
 pub mod queue;
 pub mod sink_kind;
 pub mod spec;

@@ -1,32 +1,20 @@
 #![forbid(unsafe_code)]
 //! The Sluice reader: the data plane. Polls SQS, delivers to sinks, deletes only what is safe.
 //!
-//! The core pipeline (pollers, limiter, decoding, dispatch, ledger, acker, heartbeat) knows
-//! nothing of Kubernetes; `reader::run` wires it from an `SqsSource` and drains it on a stop.
+//! Grouped by stage (reader/ARCHITECTURE.md has the picture and the dependency rule): `config`,
+//! then `intake` → `deliver` → `sink` → `settle`. Exactly-once is one seam, `settle::Gate`, that
+//! the stages call and that `exactly_once` implements; only `cluster` (cargo feature `cluster`,
+//! on by default) knows Kubernetes. `run` wires them from an `SqsSource` and drains on a stop.
 
-pub mod acker;
-pub mod admin;
 pub mod aws;
-pub mod cli;
-pub mod coordination;
-pub mod decode;
-pub mod dispatch;
-pub mod epochs;
-pub mod error;
-pub mod fifo;
-pub mod heartbeat;
-pub mod ledger;
-pub mod limiter;
-pub mod metrics;
-pub mod pipeline;
-pub mod poller;
-pub mod queue_url;
-pub mod queues;
-pub mod reader;
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod config;
+pub mod deliver;
+pub mod exactly_once;
+pub mod intake;
+pub mod process;
 pub mod record;
-pub mod redelivery;
-pub mod settings;
-pub mod signals;
+pub mod run;
+pub mod settle;
 pub mod sink;
-pub mod source_file;
-pub mod stop;

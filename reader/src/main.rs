@@ -6,8 +6,10 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use sluice_reader::cli::{Args, LogFormat};
-use sluice_reader::{reader, signals, source_file, stop::Stop};
+use sluice_reader::config::cli::{Args, LogFormat};
+use sluice_reader::config::source_file;
+use sluice_reader::process::{signals, stop::Stop};
+use sluice_reader::run;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than the system allocator: the reader's profile is flat, and allocation
@@ -32,7 +34,7 @@ async fn main() -> ExitCode {
     let stop = Stop::new();
     signals::drain_on_signals(stop.clone());
     let outcome = match source_file::load(&args.source) {
-        Ok(source) => reader::run(source, args.options(), stop).await,
+        Ok(source) => run::run(source, args.options(), stop).await,
         Err(e) => Err(e),
     };
     match outcome {

@@ -1,6 +1,6 @@
 //! A received SQS message as it travels through the pipeline.
 //!
-//! CONTRACT SKELETON: shared by pollers, decoding, sinks and the ledger. The receipt handle is
+//! Shared by intake, delivery, sinks and the ledger. The receipt handle is
 //! deliberately absent: only the ledger holds it, so no sink can delete behind its back.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! The reader binary under load against LocalStack: 10,000 messages, a sink that fails and times
 //! out, a SIGKILL mid-run, and a rate limit measured at the receiver.
 //!
-//! Why these four: they are the claims of issue 3 that only hold (or break) at volume or under
+//! Why these four: they are the reader's claims that only hold (or break) at volume or under
 //! faults. Each is judged where a user would judge it: ids at the HTTP receiver against the ids SQS
 //! assigned on send (none lost), the queue's own counts plus one last receive (all deleted), arrival
 //! times at the receiver (the rate). The tests run one at a time (they would otherwise compete for

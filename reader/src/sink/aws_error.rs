@@ -7,7 +7,8 @@
 
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 
-use super::retry::AttemptError;
+use super::retry::{AttemptError, Class, RetryPolicy};
+use crate::aws::describe;
 
 /// Error codes that AWS documents as throttling or a passing service fault.
 const TRANSIENT_CODES: &[&str] = &[
@@ -34,6 +35,14 @@ pub enum AwsFailure {
 }
 
 impl AwsFailure {
+    /// Worth another attempt under `policy`?
+    pub fn class(&self, policy: &RetryPolicy) -> Class {
+        match self {
+            Self::Fatal { .. } => Class::Permanent,
+            Self::Transient { kind, .. } => policy.classify(kind),
+        }
+    }
+
     pub fn reason(&self) -> &str {
         match self {
             Self::Transient { reason, .. } | Self::Fatal { reason } => reason,
@@ -75,28 +84,6 @@ pub fn service_failure(code: Option<&str>, reason: String) -> AwsFailure {
             AwsFailure::Transient { kind: AttemptError::ServiceFault, reason }
         }
         _ => AwsFailure::Fatal { reason },
-    }
-}
-
-fn describe<E, R>(error: &SdkError<E, R>) -> String
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    match (error.code(), error.message()) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code.to_owned(),
-        _ => {
-            // SdkError's Display is only its variant name; the cause chain says what happened.
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{RetrySpec, RouteSpec, SinkSpec};
 
 use super::dead_letter::DeadLetter;
+use super::error::SinkBuildError;
 use super::http::HttpSink;
 use super::log::LogSink;
 use super::retry::RetryPolicy;
@@ -28,27 +29,6 @@ pub struct SinkContext {
     /// Loaded once by the reader (`aws_config::load_defaults`); sinks apply their own
     /// `endpoint` and `region` over it.
     pub aws: aws_config::SdkConfig,
-}
-
-/// A spec field that cannot work, and why. `field` is a path such as `spec.sinks[0].http.url`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct SinkBuildError {
-    pub field: String,
-    pub message: String,
-}
-
-impl SinkBuildError {
-    pub fn new(field: &str, message: impl Into<String>) -> Self {
-        Self { field: field.to_owned(), message: message.into() }
-    }
-
-    /// The same error with its field placed under `parent` (`spec.sinks[2]`).
-    pub fn within(self, parent: &str) -> Self {
-        let field =
-            if self.field.is_empty() { parent.to_owned() } else { format!("{parent}.{}", self.field) };
-        Self { field, ..self }
-    }
 }
 
 /// Build one sink; errors name fields relative to the sink (`http.url`), see `build_all`.

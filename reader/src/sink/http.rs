@@ -17,11 +17,13 @@ use futures::future::{BoxFuture, join_all};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use sluice_crds::HttpSinkSpec;
+use sluice_protocol::now_ms;
 use tokio::sync::Semaphore;
 
-use super::build::SinkBuildError;
-use super::retry::{AttemptError, Class, RetryPolicy, parse_retry_after};
+use super::error::SinkBuildError;
+use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
 use super::stats::SinkStats;
+use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
 use crate::record::Record;
 
@@ -79,27 +81,22 @@ impl HttpSink {
     }
 
     async fn deliver_one(&self, record: &Record) -> Outcome {
-        let started = Instant::now();
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(&self.policy, &self.stats);
         loop {
-            attempt += 1;
             let error = match self.attempt(record).await {
                 Ok(()) => return Outcome::Delivered,
                 Err(error) => error,
             };
             let reason = error.reason;
-            match self.policy.classify(&error.kind) {
-                Class::Permanent => return Outcome::Rejected { reason },
-                Class::Transient { hint } => {
-                    let Some(delay) =
-                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
-                    else {
-                        let reason = format!("{reason} (gave up after {attempt} attempts)");
-                        return Outcome::Failed { reason };
-                    };
+            match attempts.failed(self.policy.classify(&error.kind)) {
+                Ok(delay) => {
                     tracing::debug!(sink = %self.name, message_id = %record.message_id, %reason, ?delay, "retrying");
-                    self.stats.record_retry();
                     tokio::time::sleep(delay).await;
+                }
+                Err(GiveUp::Permanent) => return Outcome::Rejected { reason },
+                Err(GiveUp::Exhausted { attempts }) => {
+                    let reason = format!("{reason} (gave up after {attempts} attempts)");
+                    return Outcome::Failed { reason };
                 }
             }
         }
@@ -186,37 +183,9 @@ impl Failure {
     }
 }
 
-/// An absolute `http` or `https` URL with a host.
-pub fn parse_http_url(raw: &str) -> Result<Url, String> {
-    let url = Url::parse(raw).map_err(|e| format!("not a valid URL: {e}: {raw:?}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("scheme must be http or https, not {:?}: {raw:?}", url.scheme()));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("the URL has no host: {raw:?}"));
-    }
-    Ok(url)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_validation_names_the_problem() {
-        assert!(parse_http_url("http://127.0.0.1:8080/events").is_ok());
-        assert!(parse_http_url("https://sink.example/x").is_ok());
-        assert!(parse_http_url("not a url").unwrap_err().contains("not a valid URL"));
-        assert!(parse_http_url("ftp://host/x").unwrap_err().contains("scheme"));
-        assert!(parse_http_url("http://").unwrap_err().contains("not a valid URL"));
-    }
 
     #[test]
     fn bad_spec_fields_are_named() {

@@ -1,6 +1,6 @@
 //! Sinks: where records go, and how they say a record is safe.
 //!
-//! CONTRACT SKELETON. A sink answers one `Outcome` per record. Only `Delivered` lets the ledger
+//! A sink answers one `Outcome` per record. Only `Delivered` lets the ledger
 //! delete the receipt (at-least-once) or count it towards the epoch's ack (exactly-once).
 //! `Rejected` is non-transient (poison): the record goes to the dead-letter sink, or with
 //! `failOnError` the reader stops. `Failed` means retries ran out on a transient error: the
@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use sluice_crds::checkpoint::EpochKey;
+use sluice_protocol::EpochKey;
 
 use crate::record::Record;
 
@@ -19,6 +19,8 @@ mod aws_testing;
 pub mod build;
 pub mod cloudevents;
 pub mod dead_letter;
+mod epochs;
+mod error;
 pub mod http;
 #[cfg(test)]
 mod http_tests;
@@ -37,9 +39,12 @@ mod sqs_tests;
 pub mod stats;
 #[cfg(test)]
 pub(crate) mod testing;
+mod url;
 
-pub use build::{RoutedSink, SinkBuildError, SinkContext, Sinks, build, build_all};
+pub use build::{RoutedSink, SinkContext, Sinks, build, build_all};
 pub use dead_letter::DeadLetter;
+pub use epochs::EpochStep;
+pub use error::{SinkBuildError, SinkError};
 pub use stats::SinkStats;
 
 /// The final word of a sink on one record, after its own retries.
@@ -65,13 +70,6 @@ pub enum EpochSupport {
     Idempotent,
     /// Cannot take part in exactly-once (log, sqs standard).
     None,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("sink {sink}: {message}")]
-pub struct SinkError {
-    pub sink: String,
-    pub message: String,
 }
 
 pub trait Sink: Send + Sync {

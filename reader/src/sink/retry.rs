@@ -7,9 +7,11 @@
 //! a global RNG; here the delay is a function of (attempt, elapsed, hint, random draw), so every
 //! branch of the schedule is a unit test without a clock or a network.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_crds::{RetrySpec, RetryStrategy};
+
+use super::stats::SinkStats;
 
 /// What one attempt came to, as far as retrying is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +135,47 @@ impl RetryPolicy {
     }
 }
 
+/// Why a sink stops trying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// Retrying cannot help.
+    Permanent,
+    /// The policy's attempts or time ran out after this many attempts.
+    Exhausted { attempts: u32 },
+}
+
+/// One record's (or call's, or batch's) way through a [`RetryPolicy`]: the one retry loop every
+/// sink runs, counting attempts, time and retries.
+pub struct Attempts<'a> {
+    policy: &'a RetryPolicy,
+    stats: &'a SinkStats,
+    started: Instant,
+    made: u32,
+}
+
+impl<'a> Attempts<'a> {
+    /// Before the first attempt.
+    pub fn new(policy: &'a RetryPolicy, stats: &'a SinkStats) -> Self {
+        Self { policy, stats, started: Instant::now(), made: 0 }
+    }
+
+    /// An attempt failed as `class`: the pause before the next one (counted as a retry), or why
+    /// not to make one.
+    pub fn failed(&mut self, class: Class) -> Result<Duration, GiveUp> {
+        self.made += 1;
+        let Class::Transient { hint } = class else { return Err(GiveUp::Permanent) };
+        let delay = self.policy.next_delay(self.made, self.started.elapsed(), hint, fastrand::f64());
+        let delay = delay.ok_or(GiveUp::Exhausted { attempts: self.made })?;
+        self.stats.record_retry();
+        Ok(delay)
+    }
+
+    /// Attempts made so far.
+    pub fn made(&self) -> u32 {
+        self.made
+    }
+}
+
 /// A `Retry-After` value: delay-seconds, or an HTTP date (RFC 9110 section 10.2.3) measured
 /// from `now_ms` (milliseconds since the Unix epoch). Dates in the past mean "now".
 pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
@@ -164,6 +207,20 @@ mod tests {
 
     const NONE: Option<Duration> = None;
     const ZERO: Duration = Duration::ZERO;
+
+    #[test]
+    fn attempts_stop_on_permanent_errors_and_after_the_last_attempt() {
+        let (p, stats) = (policy(RetryStrategy::Fixed, false), SinkStats::default());
+        let mut attempts = Attempts::new(&p, &stats);
+        assert_eq!(attempts.failed(Class::Permanent), Err(GiveUp::Permanent));
+        let mut attempts = Attempts::new(&p, &stats);
+        let transient = Class::Transient { hint: None };
+        for _ in 1..5 {
+            assert_eq!(attempts.failed(transient), Ok(Duration::from_millis(100)));
+        }
+        assert_eq!(attempts.failed(transient), Err(GiveUp::Exhausted { attempts: 5 }));
+        assert_eq!((attempts.made(), stats.retries()), (5, 4), "a retry is counted per pause");
+    }
 
     #[test]
     fn exponential_doubles_then_caps_then_stops_at_max_attempts() {

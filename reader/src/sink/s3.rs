@@ -1,51 +1,9 @@
-//! The `s3` sink: a transaction per epoch key (DESIGN.md section 3, issue 7;
-//! crds/src/checkpoint/PROTOCOL.md).
+//! The `s3` sink: a transaction per epoch key, a multipart upload that stays invisible until
+//! `commit` completes it (records of epoch 0, under atLeastOnce, are written at once instead).
 //!
-//! Why a multipart upload per key: S3 keeps a multipart upload invisible until it is completed,
-//! and completing one is a single atomic step. So the records of one `EpochKey` (pod,
-//! incarnation, epoch) are appended to a buffer, uploaded as parts as the buffer fills, and
-//! `pre_commit(key)` uploads the rest: the output is then durable but invisible, and the reader
-//! may ack the epoch. `commit(key)` completes the upload (the object appears, all of it at once);
-//! `abort(key)` aborts it (nothing appears). Records are `Delivered` once buffered: a record
-//! counts as safe only after `pre_commit`, which the reader awaits before acking, and a reader
-//! that dies before that never acked, so its records return to the queue.
-//!
-//! Why the incarnation is part of the transaction: a reader that is fenced and rejoins gets a new
-//! incarnation and may tag the same epoch number again. The old incarnation's output of that
-//! number is aborted, the new one's may commit, so the two must never share a buffer, an upload
-//! or an object. Buffers are therefore keyed by the `(incarnation, epoch)` the records carry, and
-//! the object of a key is `<prefix>/<pod>/epoch-<E>/<incarnation>.jsonl` with the reader's
-//! `Incarnation` (16 hex digits, s3_layout.rs). The records of this process are tagged by the pod
-//! this sink was built for (`reader`), so only keys of that pod have local buffers, and
-//! `pre_commit` of another pod's key is an error (it would answer for records it never saw).
-//!
-//! Records of epoch 0 (atLeastOnce, where there are no epochs) are not buffered: each `deliver`
-//! writes them as one object and answers `Delivered` only once S3 has it, because under
-//! atLeastOnce the reader deletes a message as soon as its sink says `Delivered`. Those objects
-//! carry the sink's own random incarnation, there being no reader incarnation to name them by.
-//!
-//! `commit(key)` is idempotent and needs no memory of this process: committed output must become
-//! visible even if its reader died between the checkpoint and its sink commit, so any reader of
-//! the source (a restarted one, a rejoined one finishing inherited entries, one that received a
-//! redelivered committed message) may commit another's key. Without the upload in memory the sink
-//! lists the pending uploads under the key's epoch prefix and completes the one whose object is
-//! exactly the key's, with the parts `ListParts` reports. It never completes an upload of another
-//! incarnation. A pending upload of the key without parts is an orphan (a `CreateMultipartUpload`
-//! whose answer was lost; a staged key always has a part) and is aborted, never completed. Nothing
-//! pending is success: the key was completed already, or had no records for this sink.
-//!
-//! Stale uploads: a commit of a key of this sink's own pod also aborts the pending uploads of the
-//! pod's OTHER incarnations at the same epoch number. That is safe because a pod commits each
-//! epoch number under at most one incarnation: an incarnation is fenced at the committed epoch `C`
-//! of that moment and all its epochs after `C` are aborted, while its successor is admitted (and
-//! starts tagging) only at an open epoch, which is after `C`; so a committed `(pod, e)` leaves
-//! every other incarnation's `e` aborted. Uploads of an incarnation that died without its epoch
-//! number ever being committed again are found by nobody: a bucket lifecycle rule
-//! (`AbortIncompleteMultipartUpload`) is what reclaims those.
-//!
-//! A record for a key that is already pre-committed, committed or aborted (a late record) is
-//! `Failed`, not `Rejected`: the message is released and redelivered, where the reader classifies
-//! it again, instead of being dead-lettered.
+//! Why it is built this way (the upload per key, the incarnation in the object name, commits of
+//! another reader's key, stale and orphan uploads, late records): `protocol/PROTOCOL.md`,
+//! "The s3 sink's transactions". Object names: `s3_layout.rs`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -61,15 +19,15 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::future::BoxFuture;
 use sluice_crds::S3SinkSpec;
-use sluice_crds::checkpoint::{EpochKey, Incarnation};
+use sluice_protocol::{EpochKey, Incarnation, now_ms};
 use tokio::sync::Mutex;
 
-use super::aws_error::{self, AwsFailure};
-use super::build::SinkBuildError;
-use super::http::parse_http_url;
-use super::retry::{Class, RetryPolicy};
+use super::aws_error;
+use super::error::SinkBuildError;
+use super::retry::{Attempts, RetryPolicy};
 use super::s3_layout::{append_line, direct_key, epoch_prefix, new_incarnation, object_key};
 use super::stats::SinkStats;
+use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
 use crate::record::Record;
 
@@ -225,9 +183,7 @@ impl S3Sink {
         reader: &str,
         policy: RetryPolicy,
     ) -> Self {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = u64::try_from(now_ms()).unwrap_or(0);
         Self {
             name: name.to_owned(),
             client,
@@ -637,10 +593,8 @@ impl S3Sink {
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
-        let started = Instant::now();
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(&self.policy, &self.stats);
         loop {
-            attempt += 1;
             let call_started = Instant::now();
             let result = call().await;
             self.stats.record_request(call_started.elapsed());
@@ -648,20 +602,13 @@ impl S3Sink {
                 Ok(value) => return Ok(value),
                 Err(e) => aws_error::classify(&e),
             };
-            let delay = match &failure {
-                AwsFailure::Fatal { .. } => None,
-                AwsFailure::Transient { kind, .. } => match self.policy.classify(kind) {
-                    Class::Permanent => None,
-                    Class::Transient { hint } => {
-                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
-                    }
-                },
-            };
-            let Some(delay) = delay else {
-                return Err(self.error(format!("{what}: {} (after {attempt} attempts)", failure.reason())));
-            };
-            self.stats.record_retry();
-            tokio::time::sleep(delay).await;
+            match attempts.failed(failure.class(&self.policy)) {
+                Ok(delay) => tokio::time::sleep(delay).await,
+                Err(_) => {
+                    let made = attempts.made();
+                    return Err(self.error(format!("{what}: {} (after {made} attempts)", failure.reason())));
+                }
+            }
         }
     }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use aws_sdk_s3::Client;
 use bytes::Bytes;
-use sluice_crds::checkpoint::{EpochKey, Incarnation};
 use sluice_crds::{RetrySpec, S3SinkSpec};
+use sluice_protocol::{EpochKey, Incarnation};
 
 use super::aws_testing::{localstack, unique};
 use super::retry::RetryPolicy;

@@ -27,10 +27,10 @@ use futures::future::{BoxFuture, join_all};
 use sluice_crds::SqsSinkSpec;
 
 use super::aws_error::{self, AwsFailure, service_failure};
-use super::build::SinkBuildError;
-use super::http::parse_http_url;
-use super::retry::{AttemptError, Class, RetryPolicy};
+use super::error::SinkBuildError;
+use super::retry::{AttemptError, Attempts, RetryPolicy};
 use super::stats::SinkStats;
+use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
 use crate::record::Record;
 
@@ -103,36 +103,27 @@ impl SqsSink {
                 Err(reason) => outcomes[i] = Some(Outcome::Rejected { reason }),
             }
         }
-        let started = Instant::now();
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(&self.policy, &self.stats);
         while !pending.is_empty() {
-            attempt += 1;
             let (retry, failure) = self.attempt(&pending, &mut outcomes).await;
             pending.retain(|(i, _)| retry.contains(i));
             let Some(failure) = failure else { break };
-            let delay = match &failure {
-                AwsFailure::Fatal { .. } => None,
-                AwsFailure::Transient { kind, .. } => match self.policy.classify(kind) {
-                    Class::Permanent => None,
-                    Class::Transient { hint } => {
-                        self.policy.next_delay(attempt, started.elapsed(), hint, fastrand::f64())
+            let delay = match attempts.failed(failure.class(&self.policy)) {
+                Ok(delay) => delay,
+                Err(_) => {
+                    let reason = match failure {
+                        AwsFailure::Fatal { reason } => reason,
+                        AwsFailure::Transient { reason, .. } => {
+                            format!("{reason} (gave up after {} attempts)", attempts.made())
+                        }
+                    };
+                    for (i, _) in &pending {
+                        outcomes[*i] = Some(Outcome::Failed { reason: reason.clone() });
                     }
-                },
-            };
-            let Some(delay) = delay else {
-                let reason = match failure {
-                    AwsFailure::Fatal { reason } => reason,
-                    AwsFailure::Transient { reason, .. } => {
-                        format!("{reason} (gave up after {attempt} attempts)")
-                    }
-                };
-                for (i, _) in &pending {
-                    outcomes[*i] = Some(Outcome::Failed { reason: reason.clone() });
+                    break;
                 }
-                break;
             };
             tracing::debug!(sink = %self.name, entries = pending.len(), reason = failure.reason(), ?delay, "retrying");
-            self.stats.record_retry();
             tokio::time::sleep(delay).await;
         }
         let unanswered =

@@ -1,0 +1,113 @@
+//! The queues this reader consumes, reached and checked before anything is received.
+//!
+//! Why check at start: a wrong URL, an unreachable endpoint or missing permissions would
+//! otherwise show up as a poller retrying forever. GetQueueAttributes with a short timeout turns
+//! them into a configuration error naming the field (exit 2), and tells us the queue's own
+//! visibility timeout, which the heartbeat needs when the spec does not set one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use crate::aws::{SqsClients, describe, error_type};
+use crate::config::settings::{QueueLocation, QueueSettings, Settings};
+use crate::process::error::{Error, Result};
+
+pub struct Queue {
+    pub index: usize,
+    pub url: Arc<str>,
+    pub client: aws_sdk_sqs::Client,
+    pub fifo: bool,
+    /// The visibility timeout messages are received with (spec, else the queue's own).
+    pub visibility: Duration,
+}
+
+/// Reach every queue in the spec; the first that fails ends the start with a config error.
+pub async fn connect(
+    settings: &Settings,
+    clients: &mut SqsClients,
+    timeout: Duration,
+) -> Result<Vec<Arc<Queue>>> {
+    let mut queues = Vec::with_capacity(settings.queues.len());
+    for q in &settings.queues {
+        let client = clients.client(q.endpoint.as_deref(), q.region.as_deref());
+        let url = resolve_url(q, &client, timeout).await?;
+        let attributes = tokio::time::timeout(
+            timeout,
+            client
+                .get_queue_attributes()
+                .queue_url(&url)
+                .attribute_names(QueueAttributeName::VisibilityTimeout)
+                .send(),
+        )
+        .await
+        .map_err(|_| unreachable(q, format!("no answer from SQS within {timeout:?}")))?
+        .map_err(|e| {
+            let kind = error_type(&e);
+            let message = format!("GetQueueAttributes on {url} failed ({kind}): {}", describe(&e));
+            if matches!(kind.as_str(), "dispatch" | "timeout") {
+                unreachable(q, message)
+            } else {
+                wrong_queue(q, message)
+            }
+        })?;
+        let queue_default = attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(30);
+        let seconds = settings.receive.visibility_timeout_seconds.map_or(queue_default, |s| s as u64);
+        queues.push(Arc::new(Queue {
+            index: q.index,
+            url: Arc::from(url.as_str()),
+            client,
+            fifo: q.fifo,
+            visibility: Duration::from_secs(seconds),
+        }));
+    }
+    Ok(queues)
+}
+
+async fn resolve_url(q: &QueueSettings, client: &aws_sdk_sqs::Client, timeout: Duration) -> Result<String> {
+    match &q.location {
+        QueueLocation::Url(u) => Ok(u.url.clone()),
+        QueueLocation::Name(name) => {
+            let answer = tokio::time::timeout(timeout, client.get_queue_url().queue_name(name).send())
+                .await
+                .map_err(|_| unreachable(q, format!("no answer from SQS within {timeout:?}")))?
+                .map_err(|e| {
+                    let kind = error_type(&e);
+                    let message = format!("GetQueueUrl for {name:?} failed ({kind}): {}", describe(&e));
+                    if matches!(kind.as_str(), "dispatch" | "timeout") {
+                        unreachable(q, message)
+                    } else {
+                        wrong_queue(q, message)
+                    }
+                })?;
+            answer
+                .queue_url()
+                .map(str::to_owned)
+                .ok_or_else(|| wrong_queue(q, "GetQueueUrl returned no URL".into()))
+        }
+    }
+}
+
+/// The endpoint (or the URL's host) cannot be reached: name the field that chose it.
+fn unreachable(q: &QueueSettings, message: String) -> Error {
+    let field = match (&q.endpoint, &q.location) {
+        (Some(_), _) => format!("{}.endpoint", q.field()),
+        (None, QueueLocation::Url(_)) => format!("{}.url", q.field()),
+        (None, QueueLocation::Name(_)) => format!("{}.region", q.field()),
+    };
+    Error::config(field, format!("queue unreachable: {message}"))
+}
+
+/// SQS answered, but not for this queue (missing, no permission, bad name).
+fn wrong_queue(q: &QueueSettings, message: String) -> Error {
+    let field = match &q.location {
+        QueueLocation::Url(_) => format!("{}.url", q.field()),
+        QueueLocation::Name(_) => format!("{}.name", q.field()),
+    };
+    Error::config(field, message)
+}

@@ -1,0 +1,10 @@
+//! The reader in a Kubernetes cluster: its lease ConfigMap as the checkpoint protocol's backend,
+//! and its share of the source-wide rate limit. The only module that names kube; compiled with
+//! the cargo feature `cluster` (on by default).
+
+pub mod lease;
+pub mod share;
+
+mod client;
+
+pub use client::{join, start_share};

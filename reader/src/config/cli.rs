@@ -1,0 +1,104 @@
+//! The command line. The harness, the operator's pod template and the tests rely on these flags
+//! and their defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use super::options::{Coordination, Options};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CoordinationArg {
+    Standalone,
+    Kubernetes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Sluice reader: moves messages from Amazon SQS to sinks, deleting only what is safely delivered.
+#[derive(Debug, Parser)]
+#[command(name = "sluice-reader", version)]
+pub struct Args {
+    /// SqsSource YAML (apiVersion/kind/metadata/spec) to run.
+    #[arg(long, env = "SLUICE_SOURCE_FILE")]
+    pub source: PathBuf,
+
+    /// `standalone` runs with no cluster; `kubernetes` coordinates epochs through ConfigMaps.
+    #[arg(long, env = "SLUICE_COORDINATION", value_enum, default_value = "standalone")]
+    pub coordination: CoordinationArg,
+
+    /// Address of the admin server (/metrics, /healthz, /readyz); port 0 picks a free one.
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: String,
+
+    /// Also write the bound admin address to this file.
+    #[arg(long)]
+    pub admin_addr_file: Option<PathBuf>,
+
+    /// After SIGTERM: finish or release in-flight work within this many seconds, then exit.
+    #[arg(long, default_value_t = 20)]
+    pub shutdown_deadline_seconds: u64,
+
+    /// Log format on stderr (filter with RUST_LOG).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl Args {
+    pub fn options(&self) -> Options {
+        let reader_id = std::env::var("POD_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("standalone-{}", std::process::id()));
+        Options {
+            admin_addr: self.admin_addr.clone(),
+            admin_addr_file: self.admin_addr_file.clone(),
+            shutdown_deadline: Duration::from_secs(self.shutdown_deadline_seconds),
+            reader_id,
+            coordination: match self.coordination {
+                CoordinationArg::Standalone => Coordination::Standalone,
+                CoordinationArg::Kubernetes => Coordination::Kubernetes,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let args = Args::try_parse_from(["sluice-reader", "--source", "s.yaml"]).unwrap();
+        assert_eq!(args.coordination, CoordinationArg::Standalone);
+        assert_eq!(args.admin_addr, "0.0.0.0:9090");
+        assert_eq!(args.shutdown_deadline_seconds, 20);
+        assert_eq!(args.log_format, LogFormat::Text);
+        let options = args.options();
+        assert_eq!(options.shutdown_deadline, Duration::from_secs(20));
+        assert_eq!(options.coordination, Coordination::Standalone);
+    }
+
+    #[test]
+    fn every_flag_parses() {
+        let args = Args::try_parse_from([
+            "sluice-reader",
+            "--source=/etc/sluice/source.yaml",
+            "--coordination=kubernetes",
+            "--admin-addr=127.0.0.1:0",
+            "--admin-addr-file=/tmp/a",
+            "--shutdown-deadline-seconds=5",
+            "--log-format=json",
+        ])
+        .unwrap();
+        assert_eq!(args.coordination, CoordinationArg::Kubernetes);
+        assert_eq!(args.admin_addr_file, Some(PathBuf::from("/tmp/a")));
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert!(Args::try_parse_from(["sluice-reader"]).is_err(), "--source is required");
+    }
+}

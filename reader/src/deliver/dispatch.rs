@@ -1,0 +1,207 @@
+//! Dispatch: a received batch through routing, the sinks and the dead-letter route, to one
+//! verdict per message for the ledger.
+//!
+//! Why verdicts and not outcomes: a message may go to several sinks (routes fan out), and a
+//! rejected one may still be settled by the dead-letter sink, so what the ledger needs is the
+//! combined answer: delete it, release it, or stop the reader (failOnError). Standard queues are
+//! delivered as one batch per sink (the sink runs its own concurrency); FIFO queues one message
+//! at a time per group, groups side by side (see `fifo`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+
+use crate::deliver::fifo;
+use crate::process::metrics::Metrics;
+use crate::record::Record;
+use crate::sink::{Outcome, Sinks};
+
+/// What the ledger does with one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Delivered (or dead-lettered): delete it (or hold it for its epoch).
+    Delete,
+    /// Not delivered: make it visible again.
+    Release,
+    /// Rejected under failOnError: release it and stop the reader.
+    Stop { reason: String },
+}
+
+/// A decoded message; `poison` when it cannot be delivered at all (bad JSON).
+pub struct Item {
+    pub record: Arc<Record>,
+    pub poison: Option<String>,
+}
+
+/// The sinks' answers for one record, combined. A rejection wins (retrying cannot help, so the
+/// record is poison whatever the other sinks said); then a failure (release, try again later);
+/// delivered only when every sink that takes the record delivered it. A record no sink takes is
+/// delivered to nothing and counts as delivered.
+pub fn combine<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Outcome {
+    let mut combined = Outcome::Delivered;
+    for outcome in outcomes {
+        match (outcome, &combined) {
+            (Outcome::Rejected { .. }, Outcome::Rejected { .. }) => {}
+            (Outcome::Rejected { .. }, _) => combined = outcome.clone(),
+            (Outcome::Failed { .. }, Outcome::Delivered) => combined = outcome.clone(),
+            _ => {}
+        }
+    }
+    combined
+}
+
+pub struct Dispatcher {
+    sinks: Sinks,
+    fail_on_error: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl Dispatcher {
+    pub fn new(sinks: Sinks, fail_on_error: bool, metrics: Arc<Metrics>) -> Self {
+        for routed in &sinks.sinks {
+            if let Some(stats) = routed.sink.stats() {
+                metrics.watch_sink(routed.sink.name(), stats);
+            }
+        }
+        if let Some(stats) = sinks.dead_letter.as_ref().and_then(|d| d.sink().stats()) {
+            metrics.watch_sink(sinks.dead_letter.as_ref().map_or("", |d| d.sink().name()), stats);
+        }
+        Self { sinks, fail_on_error, metrics }
+    }
+
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
+    }
+
+    /// One verdict per item, in the same order.
+    pub async fn dispatch(&self, items: &[Item], fifo: bool) -> Vec<Verdict> {
+        if !fifo {
+            return self.deliver(items).await;
+        }
+        let runs = fifo::group_runs(items.iter().map(|i| i.record.group_id.as_deref()));
+        let mut verdicts = vec![Verdict::Release; items.len()];
+        let results = join_all(runs.iter().map(|run| {
+            fifo::in_order(
+                run,
+                |i| async move {
+                    self.deliver(std::slice::from_ref(&items[i])).await.pop().unwrap_or(Verdict::Release)
+                },
+                |verdict| *verdict == Verdict::Delete,
+            )
+        }))
+        .await;
+        // Indexes held back behind an unfinished message keep the default, `Release`.
+        for (answers, _held_back) in results {
+            for (i, verdict) in answers {
+                verdicts[i] = verdict;
+            }
+        }
+        verdicts
+    }
+
+    /// Deliver to every sink that takes each record, then settle the rejected ones.
+    async fn deliver(&self, items: &[Item]) -> Vec<Verdict> {
+        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); items.len()];
+        let mut per_sink: Vec<Vec<usize>> = vec![Vec::new(); self.sinks.sinks.len()];
+        for (i, item) in items.iter().enumerate() {
+            match &item.poison {
+                Some(reason) => outcomes[i].push(Outcome::Rejected { reason: reason.clone() }),
+                None => self.sinks.targets(&item.record).into_iter().for_each(|s| per_sink[s].push(i)),
+            }
+        }
+        let calls =
+            per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| async move {
+                let sink = &self.sinks.sinks[s].sink;
+                let records: Vec<Arc<Record>> = idx.iter().map(|&i| items[i].record.clone()).collect();
+                let started = Instant::now();
+                let answer = sink.deliver(&records).await;
+                self.metrics.sink_latency(sink.name(), started.elapsed());
+                (s, idx, answer)
+            });
+        for (s, idx, answer) in join_all(calls).await {
+            let name = self.sinks.sinks[s].sink.name();
+            let mut delivered = 0;
+            for (k, &i) in idx.iter().enumerate() {
+                let outcome = answer.get(k).cloned().unwrap_or_else(|| Outcome::Failed {
+                    reason: format!(
+                        "sink {name} answered {} outcomes for {} records",
+                        answer.len(),
+                        idx.len()
+                    ),
+                });
+                match &outcome {
+                    Outcome::Delivered => delivered += 1,
+                    Outcome::Rejected { .. } => self.metrics.error("deliver", "rejected"),
+                    Outcome::Failed { .. } => self.metrics.error("deliver", "failed"),
+                }
+                outcomes[i].push(outcome);
+            }
+            self.metrics.delivered(name, delivered);
+        }
+        let mut verdicts = Vec::with_capacity(items.len());
+        let mut rejected = Vec::new();
+        for (i, outcome) in outcomes.iter().enumerate() {
+            match combine(outcome) {
+                Outcome::Delivered => verdicts.push(Verdict::Delete),
+                Outcome::Failed { reason } => {
+                    tracing::debug!(message_id = %items[i].record.message_id, %reason, "delivery failed; releasing");
+                    verdicts.push(Verdict::Release);
+                }
+                Outcome::Rejected { reason } => {
+                    rejected.push((i, reason));
+                    verdicts.push(Verdict::Release);
+                }
+            }
+        }
+        for (i, verdict) in self.settle_rejected(items, rejected).await {
+            verdicts[i] = verdict;
+        }
+        verdicts
+    }
+
+    /// Poison records: stop (failOnError), the dead-letter sink, or back to the queue when there is
+    /// no dead-letter sink (the queue's own redrive policy then decides).
+    async fn settle_rejected(&self, items: &[Item], rejected: Vec<(usize, String)>) -> Vec<(usize, Verdict)> {
+        if rejected.is_empty() {
+            return Vec::new();
+        }
+        if self.fail_on_error {
+            return rejected.into_iter().map(|(i, reason)| (i, Verdict::Stop { reason })).collect();
+        }
+        let Some(dead_letter) = &self.sinks.dead_letter else {
+            for (i, reason) in &rejected {
+                tracing::warn!(message_id = %items[*i].record.message_id, %reason,
+                    "rejected and no deadLetterSink is configured; releasing");
+                self.metrics.error("dead_letter", "no_dead_letter_sink");
+            }
+            return rejected.into_iter().map(|(i, _)| (i, Verdict::Release)).collect();
+        };
+        let pairs: Vec<(Arc<Record>, String)> =
+            rejected.iter().map(|(i, reason)| (items[*i].record.clone(), reason.clone())).collect();
+        let started = Instant::now();
+        let answer = dead_letter.send(&pairs).await;
+        self.metrics.sink_latency(dead_letter.sink().name(), started.elapsed());
+        rejected
+            .iter()
+            .enumerate()
+            .map(|(k, (i, reason))| match answer.get(k) {
+                Some(Outcome::Delivered) => {
+                    tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
+                    self.metrics.dead_lettered.inc();
+                    (*i, Verdict::Delete)
+                }
+                other => {
+                    tracing::warn!(message_id = %items[*i].record.message_id, ?other,
+                        "dead-letter sink did not take the record; releasing");
+                    self.metrics.error("dead_letter", "failed");
+                    (*i, Verdict::Release)
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

@@ -1,0 +1,4 @@
+//! From records to sink verdicts: routing, FIFO runs, dead-lettering.
+
+pub mod dispatch;
+pub mod fifo;

@@ -1,0 +1,231 @@
+//! A poller: one long-poll loop on one queue, from ReceiveMessage to a spawned delivery.
+//!
+//! Why receiving and delivering are split: a poller that waited for its sinks would leave the
+//! queue idle for the sink's whole round trip; instead it hands the batch to a delivery task and
+//! polls again, while the capacity semaphore bounds how much work is in the air. On a stop it
+//! lets a receive already on the wire land (briefly) and releases what it brought, so those
+//! messages are visible again at once rather than after their visibility timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::Message;
+use sluice_crds::PayloadFormat;
+use sluice_protocol::now_ms;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::decode::{Decoded, decode};
+use super::limiter::Limiter;
+use super::receive::{random_attempt_id, receive_once};
+use crate::aws::queue::Queue;
+use crate::config::settings::ReceiveSettings;
+use crate::deliver::dispatch::Item;
+use crate::process::backoff::backoff;
+use crate::process::stop::Stop;
+use crate::settle::ledger::Ticket;
+use crate::settle::{Arrival, Pipeline};
+
+/// How often a poller looks again whether the gate lets it receive.
+const GATE_WAIT: Duration = Duration::from_millis(100);
+
+/// How long a receive already sent may still take to land once the reader is stopping.
+const RECEIVE_GRACE: Duration = Duration::from_secs(3);
+
+/// Backoff after a failed receive.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const LONGEST_RETRY: Duration = Duration::from_secs(20);
+
+pub struct Poller {
+    pub id: usize,
+    pub queue: Arc<Queue>,
+    pub receive: ReceiveSettings,
+    pub payload: PayloadFormat,
+    pub limiter: Arc<Limiter>,
+    /// Messages in work (received, not yet settled by the sinks) at most, shared by every poller.
+    pub capacity: Arc<Semaphore>,
+    pub pipeline: Arc<Pipeline>,
+}
+
+/// What one turn of the loop brought.
+enum Turn {
+    /// A batch, with the capacity it holds; `stopping`: it landed after the stop.
+    Received {
+        permit: OwnedSemaphorePermit,
+        messages: Vec<Message>,
+        stopping: bool,
+    },
+    /// Nothing to hand off (empty receive, or a failure already waited out).
+    Again,
+    Stop,
+}
+
+/// What carries over from one receive to the next.
+struct Retry {
+    backoff: Box<dyn Iterator<Item = Duration> + Send>,
+    /// FIFO: the same attempt id is sent again after a failed receive, so SQS returns the same
+    /// messages instead of hiding them for a visibility timeout.
+    attempt_id: Option<String>,
+}
+
+impl Poller {
+    pub async fn run(self) {
+        let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
+        loop {
+            match self.next_batch(&mut retry).await {
+                Turn::Received { permit, messages, stopping } => {
+                    if !self.hand_off(permit, messages, stopping).await {
+                        break;
+                    }
+                }
+                Turn::Again => {}
+                Turn::Stop => break,
+            }
+        }
+        tracing::debug!(poller = self.id, queue = %self.queue.url, "poller stopped");
+    }
+
+    /// Wait for the gate and for capacity, then receive once.
+    async fn next_batch(&self, retry: &mut Retry) -> Turn {
+        let stop = self.pipeline.stop();
+        let max = self.receive.max_messages as u32;
+        if !self.wait_for_gate(stop).await {
+            return Turn::Stop;
+        }
+        let permit = tokio::select! {
+            biased;
+            () = stop.stopped() => return Turn::Stop,
+            p = self.capacity.clone().acquire_many_owned(max) => match p {
+                Ok(p) => p,
+                Err(_) => return Turn::Stop,
+            },
+        };
+        if self.queue.fifo && retry.attempt_id.is_none() {
+            retry.attempt_id = Some(random_attempt_id());
+        }
+        let metrics = self.pipeline.metrics();
+        let mut receive =
+            std::pin::pin!(receive_once(&self.queue, &self.receive, retry.attempt_id.clone(), metrics));
+        let (answer, stopping) = tokio::select! {
+            biased;
+            answer = &mut receive => (answer, false),
+            () = stop.stopped() => match tokio::time::timeout(RECEIVE_GRACE, &mut receive).await {
+                Ok(answer) => (answer, true),
+                Err(_) => return Turn::Stop,
+            },
+        };
+        let messages = match answer {
+            Ok(out) => {
+                retry.backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
+                retry.attempt_id = None;
+                out.messages.unwrap_or_default()
+            }
+            Err(_) if stopping => return Turn::Stop,
+            Err(error) => {
+                let delay = retry.backoff.next().unwrap_or(LONGEST_RETRY);
+                tracing::warn!(poller = self.id, queue = %self.queue.url, %error, ?delay, "receive failed; backing off");
+                return tokio::select! {
+                    () = stop.stopped() => Turn::Stop,
+                    () = tokio::time::sleep(delay) => Turn::Again,
+                };
+            }
+        };
+        if messages.is_empty() {
+            metrics.empty_receives.inc();
+            return if stopping { Turn::Stop } else { Turn::Again };
+        }
+        Turn::Received { permit, messages, stopping }
+    }
+
+    /// Admit a received batch, wait for the rate limit, and hand it to a delivery task. `false`:
+    /// the reader is stopping (what was received is released).
+    async fn hand_off(
+        &self,
+        mut permit: OwnedSemaphorePermit,
+        messages: Vec<Message>,
+        stopping: bool,
+    ) -> bool {
+        let max = self.receive.max_messages as usize;
+        if let Some(spare) = permit.split(max.saturating_sub(messages.len())) {
+            drop(spare);
+        }
+        let (tickets, items) = self.take_in(messages).await;
+        if stopping {
+            self.pipeline.release(&tickets, &items);
+            return false;
+        }
+        if items.is_empty() {
+            return true;
+        }
+        let bytes: usize = items.iter().map(|i| i.record.size_bytes()).sum();
+        tokio::select! {
+            biased;
+            () = self.pipeline.stop().stopped() => {
+                self.pipeline.release(&tickets, &items);
+                return false;
+            }
+            () = self.limiter.acquire(items.len(), bytes) => {}
+        }
+        self.pipeline.deliver(tickets, items, self.queue.fifo, permit);
+        true
+    }
+
+    /// Wait while the gate says not to receive (under exactlyOnce: joining, fenced, lease lost,
+    /// or as many ids pending as a lease may record). `false`: stopped meanwhile.
+    async fn wait_for_gate(&self, stop: &Stop) -> bool {
+        let gate = self.pipeline.gate();
+        while !gate.may_receive(self.receive.max_messages as usize) {
+            tokio::select! {
+                () = stop.stopped() => return false,
+                () = tokio::time::sleep(GATE_WAIT) => {}
+            }
+        }
+        true
+    }
+
+    /// Admit the messages to the ledger and decode them. The gate sorts them first (under
+    /// exactlyOnce a redelivery of an acked message is not delivered again): only those it
+    /// returns are tagged and delivered.
+    async fn take_in(&self, messages: Vec<Message>) -> (Vec<Ticket>, Vec<Item>) {
+        let metrics = self.pipeline.metrics();
+        let usable: Vec<Message> = messages
+            .into_iter()
+            .filter(|m| {
+                let ok = m.receipt_handle().is_some() && m.message_id().is_some();
+                if !ok {
+                    metrics.error("receive", "message_without_id_or_receipt");
+                }
+                ok
+            })
+            .collect();
+        metrics.received.inc_by(usable.len() as u64);
+        let usable = self.pipeline.gate().sort(&self.pipeline, &self.queue, usable).await;
+        let arrivals: Vec<Arrival> = usable
+            .iter()
+            .map(|(m, tag)| Arrival {
+                message_id: m.message_id().unwrap_or_default().to_owned(),
+                handle: m.receipt_handle().unwrap_or_default().to_owned(),
+                tag: *tag,
+            })
+            .collect();
+        let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
+        let now_ms = now_ms();
+        let mut tickets = Vec::with_capacity(usable.len());
+        let mut items = Vec::with_capacity(usable.len());
+        for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
+            let (mut record, poison) = match decode(message, &self.queue.url, self.payload, tag.epoch) {
+                Decoded::Ok(r) => (r, None),
+                Decoded::Poison(r, reason) => {
+                    metrics.error("decode", "invalid_payload");
+                    (r, Some(reason))
+                }
+            };
+            record.incarnation = tag.incarnation;
+            if let Some(sent) = record.sent_timestamp_ms {
+                metrics.lag(sent, now_ms);
+            }
+            tickets.push(ticket);
+            items.push(Item { record: Arc::new(record), poison });
+        }
+        (tickets, items)
+    }
+}

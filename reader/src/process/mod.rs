@@ -1,0 +1,9 @@
+//! What every stage shares as a process: the error type and exit codes, the stop signal, metrics,
+//! the admin server, the clock and the retry backoff.
+
+pub mod admin;
+pub mod backoff;
+pub mod error;
+pub mod metrics;
+pub mod signals;
+pub mod stop;

@@ -1,0 +1,175 @@
+//! From settings to a running pipeline: sinks built, queues reached, the gate chosen, the tasks
+//! (pollers, heartbeat, epoch worker, rate share) started.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_crds::Guarantee;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::{Coordination, Options, epochs};
+use crate::aws::queue::{self, Queue};
+use crate::aws::{SqsClients, load_sdk_config};
+use crate::config::settings::Settings;
+use crate::deliver::dispatch::Dispatcher;
+use crate::exactly_once::{Driver, EpochGate, EpochWorker};
+use crate::intake::limiter::{self, Limiter};
+use crate::intake::poller::Poller;
+use crate::process::admin::Admin;
+use crate::process::error::{Error, Result};
+use crate::process::metrics::Metrics;
+use crate::process::stop::Stop;
+use crate::settle::acker::Acker;
+use crate::settle::heartbeat::Heartbeat;
+use crate::settle::ledger::{DeletePolicy, Ledger};
+use crate::settle::{Gate, Open, Pipeline};
+use crate::sink::{self, SinkContext, Sinks};
+
+/// How long GetQueueAttributes may take at start before the endpoint counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Work in the air per poller, in receive batches.
+const BATCHES_PER_POLLER: usize = 4;
+
+/// What the drain takes apart.
+pub struct Running {
+    pub pipeline: Arc<Pipeline>,
+    pub pollers: JoinSet<()>,
+    pub heartbeat: (CancellationToken, JoinHandle<()>),
+    /// Under exactlyOnce: the driver and its worker.
+    pub epochs: Option<(Arc<Driver>, JoinHandle<()>)>,
+    /// Ends the protocol's tasks (driver, backend, worker) after the drain.
+    pub coordination_stop: CancellationToken,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Start everything; `None` if `stop` came first.
+pub async fn start(
+    settings: &Settings,
+    options: &Options,
+    stop: &Stop,
+    admin: &Admin,
+    metrics: Arc<Metrics>,
+) -> Result<Option<Running>> {
+    #[cfg(not(feature = "cluster"))]
+    if options.coordination == Coordination::Kubernetes {
+        return Err(epochs::not_built_for_clusters());
+    }
+    let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
+    let context = SinkContext {
+        reader_id: options.reader_id.clone(),
+        retry: settings.spec.delivery.retry.clone(),
+        aws: sdk.clone(),
+    };
+    let sinks: Sinks =
+        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
+            .map_err(|e| Error::config(e.field, e.message))?;
+    let mut clients = SqsClients::new(sdk);
+    let queues = tokio::select! {
+        connected = queue::connect(settings, &mut clients, CONNECT_TIMEOUT) => connected?,
+        () = stop.stopped() => return Ok(None),
+    };
+    admin.set_ready(true);
+    tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
+
+    // Exactly-once: join the checkpoint protocol before the first receive (a cluster reader
+    // first takes its lease, and waits until a previous incarnation of this pod is fenced).
+    let coordination_stop = CancellationToken::new();
+    let joined = match settings.guarantee {
+        Guarantee::AtLeastOnce => None,
+        Guarantee::ExactlyOnce => tokio::select! {
+            joined = epochs::join(settings, options, &queues, coordination_stop.clone()) => Some(joined?),
+            () = stop.stopped() => {
+                coordination_stop.cancel();
+                return Ok(None);
+            }
+        },
+    };
+    let gate: Arc<dyn Gate> = match &joined {
+        None => Arc::new(Open),
+        Some((driver, _)) => Arc::new(EpochGate::new(driver.clone())),
+    };
+    let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
+    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone());
+    let acker = Acker::spawn(queues.clone(), ledger.clone(), metrics.clone());
+    let pipeline = Arc::new(Pipeline::new(
+        dispatcher,
+        ledger.clone(),
+        acker,
+        metrics.clone(),
+        stop.clone(),
+        gate.clone(),
+    ));
+    let limiter = Arc::new(Limiter::new(settings.rate));
+    follow_rate_share(settings, options, &limiter, &metrics, stop).await;
+
+    let heartbeat_stop = CancellationToken::new();
+    let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate };
+    let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
+    let epochs = joined.map(|(driver, work)| {
+        let worker = EpochWorker::new(pipeline.clone(), driver.clone());
+        (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
+    });
+    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter);
+    Ok(Some(Running {
+        pipeline,
+        pollers,
+        heartbeat: (heartbeat_stop, heartbeat_task),
+        epochs,
+        coordination_stop,
+        metrics,
+    }))
+}
+
+/// This replica's share of the source-wide rate limit follows the autoscaler's replica count
+/// (`cluster::share`); the task ends with `stop`. Standalone, the full limit applies.
+async fn follow_rate_share(
+    settings: &Settings,
+    options: &Options,
+    limiter: &Arc<Limiter>,
+    metrics: &Arc<Metrics>,
+    stop: &Stop,
+) {
+    limiter::publish(metrics, settings.rate);
+    if options.coordination != Coordination::Kubernetes {
+        return;
+    }
+    #[cfg(feature = "cluster")]
+    {
+        let (limiter, token) = (limiter.clone(), stop.token().clone());
+        let source = &settings.source_name;
+        crate::cluster::start_share(limiter, settings.rate, source, metrics.clone(), token).await;
+    }
+    #[cfg(not(feature = "cluster"))]
+    let _ = (limiter, stop);
+}
+
+/// `settings.pollers_per_queue()` pollers on each queue, sharing the capacity and the limiter.
+fn spawn_pollers(
+    settings: &Settings,
+    queues: &[Arc<Queue>],
+    pipeline: &Arc<Pipeline>,
+    limiter: Arc<Limiter>,
+) -> JoinSet<()> {
+    let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
+    let capacity = Arc::new(Semaphore::new(capacity));
+    let mut pollers = JoinSet::new();
+    let mut id = 0;
+    for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
+        for _ in 0..count {
+            let poller = Poller {
+                id,
+                queue: queue.clone(),
+                receive: settings.receive.clone(),
+                payload: settings.payload,
+                limiter: limiter.clone(),
+                capacity: capacity.clone(),
+                pipeline: pipeline.clone(),
+            };
+            pollers.spawn(poller.run());
+            id += 1;
+        }
+    }
+    pollers
+}

@@ -1,0 +1,301 @@
+//! The acker: turns the ledger's verdicts into DeleteMessageBatch and ChangeMessageVisibilityBatch
+//! (visibility 0) calls, ten receipts a call.
+//!
+//! Why batched with a linger: a delete per message would double the requests SQS sees; waiting a
+//! few milliseconds for a batch to fill costs nothing a consumer could notice. Failed entries are
+//! retried with backoff a bounded number of times; a receipt that still fails is given up and
+//! counted (the message becomes visible again and is redelivered: at-least-once still holds).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry};
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::aws::error_type;
+use crate::aws::queue::Queue;
+use crate::process::backoff::backoff;
+use crate::process::metrics::Metrics;
+use crate::settle::ledger::{Ledger, Receipt, Ticket};
+
+/// SQS's limit on entries per batch call.
+pub const BATCH: usize = 10;
+const LINGER: Duration = Duration::from_millis(15);
+const ATTEMPTS: u32 = 5;
+/// Backoff between attempts of a batch call.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LONGEST_RETRY: Duration = Duration::from_millis(1600);
+const MAX_CALLS_IN_FLIGHT: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Delete,
+    Release,
+}
+
+enum Command {
+    Settle(Kind, Ticket, Receipt),
+    /// Delete now and answer which tickets SQS confirmed (an epoch's commit needs to know).
+    DeleteConfirmed(Vec<(Ticket, Receipt)>, oneshot::Sender<Vec<Ticket>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// The pipeline's handle: cheap to clone, never blocks.
+#[derive(Clone)]
+pub struct Acker {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+struct Shared {
+    queues: Vec<Arc<Queue>>,
+    ledger: Arc<Mutex<Ledger>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Acker {
+    pub fn spawn(queues: Vec<Arc<Queue>>, ledger: Arc<Mutex<Ledger>>, metrics: Arc<Metrics>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics })));
+        Self { tx }
+    }
+
+    pub fn delete(&self, ticket: Ticket, receipt: Receipt) {
+        let _ = self.tx.send(Command::Settle(Kind::Delete, ticket, receipt));
+    }
+
+    pub fn release(&self, ticket: Ticket, receipt: Receipt) {
+        let _ = self.tx.send(Command::Settle(Kind::Release, ticket, receipt));
+    }
+
+    /// Delete these receipts at once (batched by queue, retried like every delete) and answer the
+    /// tickets whose delete SQS confirmed. Empty if the acker is closed.
+    pub async fn delete_confirmed(&self, batch: Vec<(Ticket, Receipt)>) -> Vec<Ticket> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Command::DeleteConfirmed(batch, done)).is_err() {
+            return Vec::new();
+        }
+        wait.await.unwrap_or_default()
+    }
+
+    /// Send everything pending and wait for every call (retries included) to finish.
+    pub async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Command::Close(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+type Pending = HashMap<(Kind, usize), Vec<(Ticket, Receipt)>>;
+
+async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
+    let mut pending: Pending = HashMap::new();
+    let mut calls = JoinSet::new();
+    let mut flush_at: Option<Instant> = None;
+    loop {
+        let linger = async {
+            match flush_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = rx.recv() => match command {
+                Some(Command::Settle(kind, ticket, receipt)) => {
+                    let key = (kind, receipt.queue);
+                    let batch = pending.entry(key).or_default();
+                    batch.push((ticket, receipt));
+                    if batch.len() >= BATCH {
+                        let full = std::mem::take(batch);
+                        send(&mut calls, &shared, key, full).await;
+                    }
+                    flush_at = flush_at.or(Some(Instant::now() + LINGER));
+                }
+                Some(Command::DeleteConfirmed(batch, done)) => {
+                    let shared = shared.clone();
+                    calls.spawn(async move {
+                        let mut by_queue: HashMap<usize, Vec<(Ticket, Receipt)>> = HashMap::new();
+                        for (ticket, receipt) in batch {
+                            by_queue.entry(receipt.queue).or_default().push((ticket, receipt));
+                        }
+                        let chunks = by_queue.into_iter().flat_map(|(queue, items)| {
+                            items.chunks(BATCH).map(|c| (queue, c.to_vec())).collect::<Vec<_>>()
+                        });
+                        // Bounded like the acker's own calls: an epoch may hold thousands.
+                        let confirmed: Vec<Vec<Ticket>> = futures::stream::iter(chunks)
+                            .map(|(queue, chunk)| settle_with_retries(&shared, Kind::Delete, queue, chunk))
+                            .buffer_unordered(MAX_CALLS_IN_FLIGHT)
+                            .collect()
+                            .await;
+                        let _ = done.send(confirmed.into_iter().flatten().collect());
+                    });
+                }
+                Some(Command::Close(done)) => {
+                    flush(&mut calls, &shared, &mut pending).await;
+                    while calls.join_next().await.is_some() {}
+                    let _ = done.send(());
+                    return;
+                }
+                None => {
+                    flush(&mut calls, &shared, &mut pending).await;
+                    while calls.join_next().await.is_some() {}
+                    return;
+                }
+            },
+            () = linger => {
+                flush(&mut calls, &shared, &mut pending).await;
+                flush_at = None;
+            }
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+        }
+    }
+}
+
+async fn flush(calls: &mut JoinSet<()>, shared: &Arc<Shared>, pending: &mut Pending) {
+    let keys: Vec<(Kind, usize)> = pending.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| *k).collect();
+    for key in keys {
+        let batch = pending.remove(&key).unwrap_or_default();
+        for chunk in batch.chunks(BATCH) {
+            send(calls, shared, key, chunk.to_vec()).await;
+        }
+    }
+}
+
+/// Start one batch call, waiting first if too many are in flight.
+async fn send(
+    calls: &mut JoinSet<()>,
+    shared: &Arc<Shared>,
+    (kind, queue): (Kind, usize),
+    batch: Vec<(Ticket, Receipt)>,
+) {
+    while calls.len() >= MAX_CALLS_IN_FLIGHT {
+        calls.join_next().await;
+    }
+    let shared = shared.clone();
+    calls.spawn(async move {
+        settle_with_retries(&shared, kind, queue, batch).await;
+    });
+}
+
+/// Answers the tickets that succeeded.
+async fn settle_with_retries(
+    shared: &Shared,
+    kind: Kind,
+    queue: usize,
+    mut batch: Vec<(Ticket, Receipt)>,
+) -> Vec<Ticket> {
+    let stage = match kind {
+        Kind::Delete => "delete",
+        Kind::Release => "release",
+    };
+    // The attempts are counted here, not by a retry wrapper: each one sends only the entries
+    // that failed before.
+    let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
+    let mut succeeded = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let failed = call(shared, kind, queue, &batch).await;
+        let done: Vec<Ticket> =
+            batch.iter().map(|(t, _)| *t).filter(|t| !failed.iter().any(|(f, _)| f == t)).collect();
+        finish(shared, kind, &done);
+        succeeded.extend(done);
+        let (retry, give_up): (Vec<_>, Vec<_>) = failed.into_iter().partition(|(_, retryable)| *retryable);
+        for _ in &give_up {
+            shared.metrics.error(stage, "not_retryable");
+        }
+        forget(shared, &give_up.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+        batch.retain(|(t, _)| retry.iter().any(|(r, _)| r == t));
+        if batch.is_empty() {
+            return succeeded;
+        }
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
+        }
+    }
+    tracing::warn!(stage, messages = batch.len(), "giving up after {ATTEMPTS} attempts; SQS will redeliver");
+    for _ in &batch {
+        shared.metrics.error(stage, "gave_up");
+    }
+    forget(shared, &batch.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+    succeeded
+}
+
+/// One batch call; returns the tickets that failed and whether each may be retried.
+async fn call(shared: &Shared, kind: Kind, queue: usize, batch: &[(Ticket, Receipt)]) -> Vec<(Ticket, bool)> {
+    let q = &shared.queues[queue];
+    let result = match kind {
+        Kind::Delete => {
+            let entries = batch.iter().map(|(t, r)| {
+                DeleteMessageBatchRequestEntry::builder().id(t.to_string()).receipt_handle(&r.handle).build()
+            });
+            q.client
+                .delete_message_batch()
+                .queue_url(q.url.as_ref())
+                .set_entries(Some(entries.collect::<Result<Vec<_>, _>>().unwrap_or_default()))
+                .send()
+                .await
+                .map(|out| out.failed)
+                .map_err(|e| error_type(&e))
+        }
+        Kind::Release => {
+            let entries = batch.iter().map(|(t, r)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(t.to_string())
+                    .receipt_handle(&r.handle)
+                    .visibility_timeout(0)
+                    .build()
+            });
+            q.client
+                .change_message_visibility_batch()
+                .queue_url(q.url.as_ref())
+                .set_entries(Some(entries.collect::<Result<Vec<_>, _>>().unwrap_or_default()))
+                .send()
+                .await
+                .map(|out| out.failed)
+                .map_err(|e| error_type(&e))
+        }
+    };
+    let stage = if kind == Kind::Delete { "delete" } else { "release" };
+    match result {
+        Ok(failed) => failed
+            .into_iter()
+            .filter_map(|f| {
+                shared.metrics.error(stage, f.code.clone());
+                let retryable = !f.sender_fault;
+                f.id.parse::<Ticket>().ok().map(|t| (t, retryable))
+            })
+            .collect(),
+        Err(kind) => {
+            shared.metrics.error(stage, kind);
+            batch.iter().map(|(t, _)| (*t, true)).collect()
+        }
+    }
+}
+
+fn finish(shared: &Shared, kind: Kind, done: &[Ticket]) {
+    if done.is_empty() {
+        return;
+    }
+    match kind {
+        Kind::Delete => shared.metrics.deleted.inc_by(done.len() as u64),
+        Kind::Release => shared.metrics.released.inc_by(done.len() as u64),
+    };
+    forget(shared, done);
+}
+
+fn forget(shared: &Shared, tickets: &[Ticket]) {
+    if tickets.is_empty() {
+        return;
+    }
+    let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
+    for t in tickets {
+        ledger.forget(*t);
+    }
+    shared.metrics.in_flight.set(ledger.len() as i64);
+}

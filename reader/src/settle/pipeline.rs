@@ -1,0 +1,215 @@
+//! The pipeline's shared state past intake, and the one place where verdicts become ledger
+//! transitions and acker calls.
+//!
+//! Why settling lives here: the step from "the sink said Delivered" to "delete this receipt" must
+//! happen without an await in between (a drain that drops a delivery task mid-way must find the
+//! message either settled or still in work, never half way), and every poller uses the same rule.
+//! Tagged messages are reported to the [`Gate`] after the ledger, so an epoch can only close on
+//! messages the ledger holds.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::acker::Acker;
+use super::gate::Gate;
+use super::ledger::{Ledger, Tag, Ticket};
+use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
+use crate::process::error::Error;
+use crate::process::metrics::Metrics;
+use crate::process::stop::Stop;
+use crate::sink::Sinks;
+
+pub struct Pipeline {
+    dispatcher: Dispatcher,
+    ledger: Arc<Mutex<Ledger>>,
+    acker: Acker,
+    metrics: Arc<Metrics>,
+    stop: Stop,
+    gate: Arc<dyn Gate>,
+    /// Cancelled when the drain deadline passes: deliveries still running are dropped.
+    abort: CancellationToken,
+    deliveries: TaskTracker,
+}
+
+/// One received message to admit: id, receipt handle, and its tag.
+pub struct Arrival {
+    pub message_id: String,
+    pub handle: String,
+    pub tag: Tag,
+}
+
+impl Pipeline {
+    pub fn new(
+        dispatcher: Dispatcher,
+        ledger: Arc<Mutex<Ledger>>,
+        acker: Acker,
+        metrics: Arc<Metrics>,
+        stop: Stop,
+        gate: Arc<dyn Gate>,
+    ) -> Self {
+        let (abort, deliveries) = (CancellationToken::new(), TaskTracker::new());
+        Self { dispatcher, ledger, acker, metrics, stop, gate, abort, deliveries }
+    }
+
+    pub fn lock_ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn stop(&self) -> &Stop {
+        &self.stop
+    }
+
+    pub fn gate(&self) -> &Arc<dyn Gate> {
+        &self.gate
+    }
+
+    pub fn acker(&self) -> &Acker {
+        &self.acker
+    }
+
+    pub fn sinks(&self) -> &Sinks {
+        self.dispatcher.sinks()
+    }
+
+    /// Fires when the drain deadline passed and deliveries still running are dropped.
+    pub fn aborted(&self) -> &CancellationToken {
+        &self.abort
+    }
+
+    /// Run `work` as part of the deliveries the drain waits for.
+    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.deliveries.spawn(work);
+    }
+
+    /// Record received messages in the ledger; returns a ticket for each.
+    pub fn admit(&self, queue: usize, arrivals: &[Arrival], visibility: Duration) -> Vec<Ticket> {
+        let now = Instant::now();
+        let mut ledger = self.lock_ledger();
+        let admitted: Vec<Ticket> = arrivals
+            .iter()
+            .map(|a| {
+                let admitted = ledger.admit(queue, &a.message_id, a.handle.clone(), a.tag, now, visibility);
+                if admitted.redelivered {
+                    self.metrics.duplicates.inc();
+                }
+                admitted.ticket
+            })
+            .collect();
+        self.metrics.in_flight.set(ledger.len() as i64);
+        admitted
+    }
+
+    /// Deliver `items` in a task of its own (holding `permit` until settled), so the poller can
+    /// poll again meanwhile. A panicking sink must not strand its messages in the ledger (the
+    /// heartbeat would keep them invisible until the reader exits): they are released instead.
+    pub fn deliver(
+        self: &Arc<Self>,
+        tickets: Vec<Ticket>,
+        items: Vec<Item>,
+        fifo: bool,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let pipeline = self.clone();
+        self.deliveries.spawn(async move {
+            let _permit = permit;
+            let dispatch = AssertUnwindSafe(pipeline.dispatcher.dispatch(&items, fifo)).catch_unwind();
+            tokio::select! {
+                () = pipeline.abort.cancelled() => {}
+                verdicts = dispatch => match verdicts {
+                    Ok(verdicts) => pipeline.settle(&tickets, &verdicts, &items),
+                    Err(_) => {
+                        tracing::error!(messages = tickets.len(), "a sink panicked; releasing its messages");
+                        pipeline.metrics.error("deliver", "panic");
+                        pipeline.release(&tickets, &items);
+                    }
+                },
+            }
+        });
+    }
+
+    /// Wait for every delivery until `deadline`; past it, drop those still running. `false`: the
+    /// deadline passed.
+    pub async fn finish_deliveries(&self, deadline: tokio::time::Instant) -> bool {
+        self.deliveries.close();
+        if tokio::time::timeout_at(deadline, self.deliveries.wait()).await.is_ok() {
+            return true;
+        }
+        tracing::warn!("drain deadline reached: releasing deliveries still running");
+        self.abort.cancel();
+        self.deliveries.wait().await;
+        false
+    }
+
+    /// Apply one verdict per ticket, then tell the gate which tagged messages are settled.
+    pub fn settle(&self, tickets: &[Ticket], verdicts: &[Verdict], items: &[Item]) {
+        {
+            let mut ledger = self.lock_ledger();
+            for ((ticket, verdict), item) in tickets.iter().zip(verdicts).zip(items) {
+                let receipt = match verdict {
+                    Verdict::Delete => ledger.acked(*ticket),
+                    Verdict::Release | Verdict::Stop { .. } => ledger.release(*ticket),
+                };
+                match (verdict, receipt) {
+                    (Verdict::Delete, Some(receipt)) => self.acker.delete(*ticket, receipt),
+                    (_, Some(receipt)) => self.acker.release(*ticket, receipt),
+                    (_, None) => {}
+                }
+                if let Verdict::Stop { reason } = verdict {
+                    let id = &item.record.message_id;
+                    tracing::error!(message_id = %id, %reason, "rejected with failOnError: stopping the reader");
+                    self.stop.fail(Error::FailOnError { message_id: id.clone(), reason: reason.clone() });
+                }
+            }
+        }
+        for (verdict, item) in verdicts.iter().zip(items) {
+            self.settled(item, *verdict == Verdict::Delete);
+        }
+    }
+
+    /// Release these tickets (received while stopping, dropped by the limiter wait, a panicking
+    /// sink); tagged ones are settled as not delivered.
+    pub fn release(&self, tickets: &[Ticket], items: &[Item]) {
+        self.release_tickets(tickets);
+        for item in items {
+            self.settled(item, false);
+        }
+    }
+
+    fn settled(&self, item: &Item, delivered: bool) {
+        let r = &item.record;
+        if r.epoch != 0 {
+            self.gate.settled(Tag { incarnation: r.incarnation, epoch: r.epoch }, &r.message_id, delivered);
+        }
+    }
+
+    /// Release untagged tickets.
+    pub fn release_tickets(&self, tickets: &[Ticket]) {
+        let mut ledger = self.lock_ledger();
+        for ticket in tickets {
+            if let Some(receipt) = ledger.release(*ticket) {
+                self.acker.release(*ticket, receipt);
+            }
+        }
+    }
+
+    /// Everything not acknowledged goes back to the queue (end of a drain).
+    pub fn release_all(&self) -> usize {
+        let due = self.lock_ledger().release_all();
+        let n = due.len();
+        for (ticket, receipt) in due {
+            self.acker.release(ticket, receipt);
+        }
+        n
+    }
+}
