@@ -147,6 +147,7 @@ mod tests {
             concurrency: 4,
             headers: Default::default(),
             event_type: "t".into(),
+            secret_refs: None,
         };
         SinkSpec { http: Some(spec), ..sink(name) }
     }
@@ -169,7 +170,13 @@ mod tests {
 
     #[test]
     fn builds_every_kind_with_its_epoch_support() {
-        let s3 = S3SinkSpec { bucket: "out".into(), prefix: "p".into(), endpoint: None, region: None };
+        let s3 = S3SinkSpec {
+            bucket: "out".into(),
+            prefix: "p".into(),
+            endpoint: None,
+            region: None,
+            sse_kms_key_id: None,
+        };
         let twin = SinkSpec { s3: Some(S3SinkSpec { prefix: "/p/".into(), ..s3.clone() }), ..sink("s2") };
         let clash = build_all(&[SinkSpec { s3: Some(s3.clone()), ..sink("s1") }, twin], None, &ctx());
         let message = clash.err().map(|e| e.to_string()).unwrap_or_default();

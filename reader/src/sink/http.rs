@@ -195,6 +195,7 @@ mod tests {
             concurrency: 1,
             headers: Default::default(),
             event_type: "t".into(),
+            secret_refs: None,
         };
         let policy = RetryPolicy::from_spec(&Default::default());
         let err = HttpSink::new("h", &spec("::"), policy.clone()).err().unwrap();

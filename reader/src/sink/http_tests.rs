@@ -87,6 +87,7 @@ fn sink(url: &str, timeout_ms: u64, concurrency: u32, max_attempts: u32) -> Http
         concurrency,
         headers: [("x-tenant".to_string(), "blue".to_string())].into(),
         event_type: "dev.sluice.test".into(),
+        secret_refs: None,
     };
     let retry = RetrySpec {
         strategy: RetryStrategy::Exponential,
