@@ -17,6 +17,10 @@ pub enum Error {
     /// The source's YAML could not be rendered for the reader.
     #[error("cannot render the source for the reader: {0}")]
     Render(String),
+    /// The source is gone, was replaced by another of the same name, or is being deleted: the
+    /// reconcile stops without writing anything (not a failure).
+    #[error("the source is gone or being deleted")]
+    SourceGone,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -32,6 +36,7 @@ impl Error {
             Error::Kube(_) => "api_unreachable",
             Error::Build(_) => "build",
             Error::Render(_) => "render",
+            Error::SourceGone => "gone",
         }
     }
 
@@ -42,7 +47,7 @@ impl Error {
                 !(status.is_invalid() || status.code == 400 || status.is_forbidden())
             }
             Error::Kube(_) => true,
-            Error::Build(_) | Error::Render(_) => false,
+            Error::Build(_) | Error::Render(_) | Error::SourceGone => false,
         }
     }
 }

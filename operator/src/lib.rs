@@ -16,6 +16,7 @@ pub mod build;
 pub mod cli;
 pub mod conditions;
 pub mod controller;
+pub mod deletion;
 pub mod error;
 pub mod events;
 pub mod leader;
