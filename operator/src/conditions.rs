@@ -6,14 +6,18 @@
 //! Deployment) makes every message testable, lets the property test drive arbitrary specs through
 //! it, and lets reconcile skip the write when nothing changed.
 //!
-//! Ownership: the reconciler writes only the fields produced here (and only these five condition
-//! types) under its field manager; `Scaling`, `CheckpointHealthy`, desired replicas and epochs
-//! belong to the autoscaler and the checkpoint coordinator.
+//! Ownership: the reconciler writes only the fields produced here under its field manager: the
+//! [`OWNED`] condition types always, and `CheckpointHealthy` while the source has no checkpoints
+//! (atLeastOnce), so that every condition type the CRD lists is present with a reason. Under
+//! exactlyOnce `CheckpointHealthy` belongs to the checkpoint coordinator; desired replicas and
+//! epochs belong to the autoscaler and the coordinator. `Scaling` says whether the autoscaler
+//! sizes the readers at all and within which bounds; it is written here because it follows from
+//! the spec, and its message carries no live figure so it does not change every interval.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use sluice_crds::{QueueFigures, SqsSourceSpec, SqsSourceStatus};
+use sluice_crds::{Guarantee, QueueFigures, SqsSourceSpec, SqsSourceStatus};
 
 use crate::queue_check::checks::{Finding, Severity, check_queue};
 use crate::queue_check::{QueueError, QueueObservation};
@@ -24,8 +28,13 @@ pub const QUEUE_REACHABLE: &str = "QueueReachable";
 pub const QUEUE_CONFIG_VALID: &str = "QueueConfigValid";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
-/// The condition types this module (and so the reconciler's field manager) owns.
-pub const OWNED: [&str; 5] = [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED];
+pub const SCALING: &str = "Scaling";
+pub const CHECKPOINT_HEALTHY: &str = "CheckpointHealthy";
+/// The condition types this module (and so the reconciler's field manager) always writes.
+pub const OWNED: [&str; 6] = [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING];
+/// Every condition type the reconciler may write.
+pub const WRITTEN: [&str; 7] =
+    [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING, CHECKPOINT_HEALTHY];
 
 /// What reconcile learned about a source.
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +113,7 @@ fn not_running(reason: &str, message: &str) -> Computed {
                 "nothing new is rolled out until the spec is valid; readers of the last valid generation, if any, keep running",
             ),
             Verdict::new(DEGRADED, "True", reason, message),
+            Verdict::new(SCALING, "Unknown", "SpecInvalid", waiting),
         ],
         replicas: 0,
         ready_replicas: 0,
@@ -200,14 +210,46 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     let last_error = (degraded.status == "True").then(|| degraded.message.clone());
     let replicas = rollout.current;
     let ready_replicas = rollout.ready;
-    Computed {
-        verdicts: vec![ready, reachable, config, progressing, degraded],
-        replicas,
-        ready_replicas,
-        queue: figures,
-        last_error,
-        warnings,
+    let mut verdicts = vec![ready, reachable, config, progressing, degraded, scaling(spec)];
+    verdicts.extend(checkpoint_not_applicable(spec));
+    Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+}
+
+/// Whether the autoscaler sizes the readers, and between which bounds.
+fn scaling(spec: &SqsSourceSpec) -> Verdict {
+    let (min, max) = (spec.scaling.min_replicas, spec.scaling.max_replicas);
+    if min == max {
+        Verdict::new(
+            SCALING,
+            "False",
+            "FixedReplicas",
+            format!(
+                "spec.scaling.minReplicas equals maxReplicas ({min}): the autoscaler keeps {min} reader(s); raise maxReplicas to scale with the queue"
+            ),
+        )
+    } else {
+        Verdict::new(
+            SCALING,
+            "True",
+            "Autoscaling",
+            format!(
+                "readers are sized from the queue between {min} and {max}; status.desiredReplicas and status.lastScaleReason show the latest decision"
+            ),
+        )
     }
+}
+
+/// `CheckpointHealthy` for a source without checkpoints (atLeastOnce); None under exactlyOnce,
+/// where the checkpoint coordinator writes it.
+pub fn checkpoint_not_applicable(spec: &SqsSourceSpec) -> Option<Verdict> {
+    (spec.delivery.guarantee != Guarantee::ExactlyOnce).then(|| {
+        Verdict::new(
+            CHECKPOINT_HEALTHY,
+            "True",
+            "NotApplicable",
+            "atLeastOnce deletes each message once its sink acknowledged it: there are no checkpoint epochs",
+        )
+    })
 }
 
 fn join(findings: &[Finding]) -> String {
@@ -354,15 +396,17 @@ pub fn owned_status(
 }
 
 /// Whether writing `next` would change what the reconciler owns in `previous` (ignoring times).
+/// The condition types compared are those `next` writes: another manager's are not changes.
 pub fn differs(previous: Option<&SqsSourceStatus>, next: &SqsSourceStatus) -> bool {
     let Some(previous) = previous else {
         return true;
     };
+    let written: Vec<&str> = next.conditions.iter().map(|c| c.type_.as_str()).collect();
     let mine = |s: &SqsSourceStatus| {
         let mut conditions: Vec<_> = s
             .conditions
             .iter()
-            .filter(|c| OWNED.contains(&c.type_.as_str()))
+            .filter(|c| written.contains(&c.type_.as_str()))
             .map(|c| {
                 (
                     c.type_.clone(),

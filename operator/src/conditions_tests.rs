@@ -213,9 +213,9 @@ fn conditions_of_other_managers_do_not_count_as_changes() {
     on_server.conditions.insert(
         0,
         Condition {
-            type_: "Scaling".into(),
+            type_: "SinksHealthy".into(),
             status: "True".into(),
-            reason: "ScaledUp".into(),
+            reason: "Delivering".into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(t0),
@@ -223,4 +223,32 @@ fn conditions_of_other_managers_do_not_count_as_changes() {
     );
     on_server.desired_replicas = Some(4);
     assert!(!differs(Some(&on_server), &mine));
+}
+
+#[test]
+fn scaling_and_checkpoint_health_are_always_present_with_a_reason() {
+    let queues = [found(1, true)];
+    let d = deployment(Some(1), 1);
+
+    let mut spec = fixtures::source(fixtures::BASIC).spec;
+    spec.scaling.min_replicas = 2;
+    spec.scaling.max_replicas = 2;
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, SCALING), pair("False", "FixedReplicas"));
+    assert!(verdict(&c, SCALING).message.contains("raise maxReplicas"));
+    assert_eq!(summary(&c, CHECKPOINT_HEALTHY), pair("True", "NotApplicable"));
+
+    spec.scaling.max_replicas = 5;
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    assert_eq!(summary(&c, SCALING), pair("True", "Autoscaling"));
+
+    // Under exactlyOnce the checkpoint coordinator owns CheckpointHealthy: not written here.
+    let exactly = fixtures::source(fixtures::EXACTLY_ONCE_SECRET).spec;
+    let c = compute(Outcome::Applied { spec: &exactly, queues: &queues, deployment: &d });
+    assert!(c.verdicts.iter().all(|v| v.type_ != CHECKPOINT_HEALTHY));
+    assert!(c.verdicts.iter().any(|v| v.type_ == SCALING));
+
+    let problems = [Problem { reason: "NoSinks", field: "spec.sinks".into(), message: "m".into() }];
+    let c = compute(Outcome::Invalid { problems: &problems });
+    assert_eq!(summary(&c, SCALING), pair("Unknown", "SpecInvalid"));
 }

@@ -86,7 +86,7 @@ pub fn notices(h: &Happened<'_>) -> Vec<Notice> {
 }
 
 fn verdict_of(type_: &str, status: &str, reason: &str) -> Verdict {
-    let type_ = crate::conditions::OWNED.iter().find(|t| **t == type_).copied().unwrap_or("Unknown");
+    let type_ = crate::conditions::WRITTEN.iter().find(|t| **t == type_).copied().unwrap_or("Unknown");
     let status = match status {
         "True" => "True",
         "False" => "False",
