@@ -22,6 +22,7 @@ use sluice_crds::{Guarantee, QueueFigures, SqsSourceSpec, SqsSourceStatus};
 use crate::queue_check::checks::{Finding, Severity, check_queue};
 use crate::queue_check::{QueueError, QueueObservation};
 use crate::validate::{Problem, summarize};
+use crate::validate_caveats::caveats;
 
 pub const READY: &str = "Ready";
 pub const QUEUE_REACHABLE: &str = "QueueReachable";
@@ -30,11 +31,22 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 pub const SCALING: &str = "Scaling";
 pub const CHECKPOINT_HEALTHY: &str = "CheckpointHealthy";
+/// True while a setting works but weakens a guarantee (see `validate_caveats`).
+pub const SPEC_WARNINGS: &str = "SpecWarnings";
 /// The condition types this module (and so the reconciler's field manager) always writes.
-pub const OWNED: [&str; 6] = [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING];
+pub const OWNED: [&str; 7] =
+    [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING, SPEC_WARNINGS];
 /// Every condition type the reconciler may write.
-pub const WRITTEN: [&str; 7] =
-    [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING, CHECKPOINT_HEALTHY];
+pub const WRITTEN: [&str; 8] = [
+    READY,
+    QUEUE_REACHABLE,
+    QUEUE_CONFIG_VALID,
+    PROGRESSING,
+    DEGRADED,
+    SCALING,
+    SPEC_WARNINGS,
+    CHECKPOINT_HEALTHY,
+];
 
 /// What reconcile learned about a source.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +76,7 @@ impl Verdict {
     /// Whether this state needs a user's attention (a Warning event when it is entered).
     pub fn is_bad(&self) -> bool {
         match self.type_ {
-            DEGRADED => self.status == "True",
+            DEGRADED | SPEC_WARNINGS => self.status == "True",
             PROGRESSING => self.reason == "ProgressDeadlineExceeded",
             _ => self.status == "False",
         }
@@ -114,6 +126,7 @@ fn not_running(reason: &str, message: &str) -> Computed {
             ),
             Verdict::new(DEGRADED, "True", reason, message),
             Verdict::new(SCALING, "Unknown", "SpecInvalid", waiting),
+            Verdict::new(SPEC_WARNINGS, "Unknown", "SpecInvalid", waiting),
         ],
         replicas: 0,
         ready_replicas: 0,
@@ -210,7 +223,8 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     let last_error = (degraded.status == "True").then(|| degraded.message.clone());
     let replicas = rollout.current;
     let ready_replicas = rollout.ready;
-    let mut verdicts = vec![ready, reachable, config, progressing, degraded, scaling(spec)];
+    let mut verdicts =
+        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec)];
     verdicts.extend(checkpoint_not_applicable(spec));
     Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
 }
@@ -236,6 +250,20 @@ fn scaling(spec: &SqsSourceSpec) -> Verdict {
                 "readers are sized from the queue between {min} and {max}; status.desiredReplicas and status.lastScaleReason show the latest decision"
             ),
         )
+    }
+}
+
+/// Settings that weaken a guarantee: True with the first one's reason and every message.
+fn spec_warnings(spec: &SqsSourceSpec) -> Verdict {
+    let found = caveats(spec);
+    match found.first() {
+        Some(first) => Verdict::new(
+            SPEC_WARNINGS,
+            "True",
+            first.reason,
+            found.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; "),
+        ),
+        None => Verdict::new(SPEC_WARNINGS, "False", "NoWarnings", "no setting weakens a guarantee"),
     }
 }
 

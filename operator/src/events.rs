@@ -11,7 +11,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use sluice_crds::SqsSourceStatus;
 
 use crate::access::ApiCall;
-use crate::conditions::{Computed, PROGRESSING, QUEUE_CONFIG_VALID, QUEUE_REACHABLE, Verdict};
+use crate::conditions::{Computed, PROGRESSING, QUEUE_CONFIG_VALID, QUEUE_REACHABLE, SPEC_WARNINGS, Verdict};
 use crate::validate::Problem;
 
 /// The Recorder creates an Event, and patches it when the same one recurs.
@@ -64,7 +64,7 @@ pub fn notices(h: &Happened<'_>) -> Vec<Notice> {
     }
     let previous: &[_] = h.previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     // Ready and Degraded summarize the others; announcing them too would say everything twice.
-    let causes = [QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING];
+    let causes = [QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, SPEC_WARNINGS];
     for verdict in h.computed.verdicts.iter().filter(|v| causes.contains(&v.type_)) {
         let before = previous.iter().find(|c| c.type_ == verdict.type_);
         let changed = before.is_none_or(|c| c.status != verdict.status || c.reason != verdict.reason);

@@ -27,6 +27,7 @@ pub mod reconcile;
 pub mod status;
 pub mod telemetry;
 pub mod validate;
+pub mod validate_caveats;
 
 pub mod checkpoint;
 pub mod scaler;
