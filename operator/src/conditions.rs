@@ -20,6 +20,7 @@ use k8s_openapi::jiff::Timestamp;
 use sluice_crds::{Guarantee, QueueFigures, SqsSourceSpec, SqsSourceStatus};
 
 use crate::queue_check::checks::{Finding, Severity, check_queue};
+use crate::queue_check::targets::TargetObservation;
 use crate::queue_check::{QueueError, QueueObservation};
 use crate::validate::{Problem, summarize};
 use crate::validate_caveats::caveats;
@@ -33,11 +34,10 @@ pub const SCALING: &str = "Scaling";
 pub const CHECKPOINT_HEALTHY: &str = "CheckpointHealthy";
 /// True while a setting works but weakens a guarantee (see `validate_caveats`).
 pub const SPEC_WARNINGS: &str = "SpecWarnings";
+/// Whether every sink queue, dead-letter queue and bucket the source names exists.
+pub const TARGETS_REACHABLE: &str = "TargetsReachable";
 /// The condition types this module (and so the reconciler's field manager) always writes.
-pub const OWNED: [&str; 7] =
-    [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED, SCALING, SPEC_WARNINGS];
-/// Every condition type the reconciler may write.
-pub const WRITTEN: [&str; 8] = [
+pub const OWNED: [&str; 8] = [
     READY,
     QUEUE_REACHABLE,
     QUEUE_CONFIG_VALID,
@@ -45,7 +45,7 @@ pub const WRITTEN: [&str; 8] = [
     DEGRADED,
     SCALING,
     SPEC_WARNINGS,
-    CHECKPOINT_HEALTHY,
+    TARGETS_REACHABLE,
 ];
 
 /// What reconcile learned about a source.
@@ -55,8 +55,13 @@ pub enum Outcome<'a> {
     Unparseable { error: &'a str },
     /// The spec parsed but cannot run; no children were applied.
     Invalid { problems: &'a [Problem] },
-    /// Children were applied; the queues were inspected.
-    Applied { spec: &'a SqsSourceSpec, queues: &'a [QueueObservation], deployment: &'a Deployment },
+    /// Children were applied; the queues and the other targets were inspected.
+    Applied {
+        spec: &'a SqsSourceSpec,
+        queues: &'a [QueueObservation],
+        targets: &'a [TargetObservation],
+        deployment: &'a Deployment,
+    },
 }
 
 /// One condition before timestamps: type, status, reason, message.
@@ -107,7 +112,7 @@ pub fn compute(outcome: Outcome<'_>) -> Computed {
             let reason = problems.first().map_or("SpecInvalid", |p| p.reason);
             not_running(reason, &summarize(problems))
         }
-        Outcome::Applied { spec, queues, deployment } => applied(spec, queues, deployment),
+        Outcome::Applied { spec, queues, targets, deployment } => applied(spec, queues, targets, deployment),
     }
 }
 
@@ -127,6 +132,7 @@ fn not_running(reason: &str, message: &str) -> Computed {
             Verdict::new(DEGRADED, "True", reason, message),
             Verdict::new(SCALING, "Unknown", "SpecInvalid", waiting),
             Verdict::new(SPEC_WARNINGS, "Unknown", "SpecInvalid", waiting),
+            Verdict::new(TARGETS_REACHABLE, "Unknown", "SpecInvalid", waiting),
         ],
         replicas: 0,
         ready_replicas: 0,
@@ -136,8 +142,14 @@ fn not_running(reason: &str, message: &str) -> Computed {
     }
 }
 
-fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deployment) -> Computed {
+fn applied(
+    spec: &SqsSourceSpec,
+    queues: &[QueueObservation],
+    targets: &[TargetObservation],
+    deployment: &Deployment,
+) -> Computed {
     let reachable = reachability(queues);
+    let targets = target_reachability(targets);
     let mut findings: Vec<Finding> = Vec::new();
     let mut figures: Option<QueueFigures> = None;
     let mut max_size = 0;
@@ -179,6 +191,8 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
         Verdict::new(READY, "False", "QueueUnreachable", reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(READY, "False", "QueueConfigInvalid", config.message.clone())
+    } else if targets.reason == TARGET_MISSING {
+        Verdict::new(READY, "False", TARGET_MISSING, targets.message.clone())
     } else if rollout.desired == 0 {
         Verdict::new(
             READY,
@@ -205,6 +219,8 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
         Verdict::new(DEGRADED, "True", &reachable.reason, reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(DEGRADED, "True", &config.reason, config.message.clone())
+    } else if targets.status == "False" {
+        Verdict::new(DEGRADED, "True", &targets.reason, targets.message.clone())
     } else if rollout.stuck {
         Verdict::new(DEGRADED, "True", "RolloutStuck", progressing.message.clone())
     } else if rollout.ready < rollout.desired && !rollout.rolling {
@@ -224,9 +240,43 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     let replicas = rollout.current;
     let ready_replicas = rollout.ready;
     let mut verdicts =
-        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec)];
+        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec), targets];
     verdicts.extend(checkpoint_not_applicable(spec));
     Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+}
+
+const TARGET_MISSING: &str = "TargetDoesNotExist";
+
+/// The sinks' queues and buckets: all there, or each problem naming its field.
+fn target_reachability(targets: &[TargetObservation]) -> Verdict {
+    if targets.is_empty() {
+        return Verdict::new(TARGETS_REACHABLE, "True", "NoTargetsToCheck", "no sqs or s3 sink to check");
+    }
+    let problems: Vec<String> = targets.iter().filter_map(TargetObservation::problem).collect();
+    let first_error = targets.iter().find_map(|t| t.result.as_ref().err());
+    match first_error {
+        None => Verdict::new(
+            TARGETS_REACHABLE,
+            "True",
+            "TargetsFound",
+            format!(
+                "found {}",
+                targets.iter().map(|t| t.target.field.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        Some(_) => {
+            let missing = targets.iter().any(|t| t.result == Err(QueueError::DoesNotExist));
+            let denied = targets.iter().any(|t| matches!(t.result, Err(QueueError::Denied(_))));
+            let reason = if missing {
+                TARGET_MISSING
+            } else if denied {
+                "TargetAccessDenied"
+            } else {
+                "TargetCheckFailed"
+            };
+            Verdict::new(TARGETS_REACHABLE, "False", reason, problems.join("; "))
+        }
+    }
 }
 
 /// Whether the autoscaler sizes the readers, and between which bounds.
@@ -296,12 +346,12 @@ fn reachability(queues: &[QueueObservation]) -> Verdict {
                 q.label, q.index
             )),
             Err(QueueError::Denied(why)) => denied.push(format!(
-                "GetQueueAttributes on {} was denied ({why}): grant the operator's AWS identity sqs:GetQueueAttributes and sqs:GetQueueUrl on it",
-                q.label
+                "queue {} (spec.queues[{}]): {why}: grant the operator's AWS identity sqs:GetQueueAttributes and sqs:GetQueueUrl on it",
+                q.label, q.index
             )),
             Err(QueueError::Unavailable(why)) => failed.push(format!(
-                "queue {} could not be checked ({why}); retrying",
-                q.label
+                "queue {} (spec.queues[{}]) could not be checked: {why}; retrying",
+                q.label, q.index
             )),
         }
     }

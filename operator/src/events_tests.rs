@@ -22,7 +22,7 @@ fn ready_deployment() -> Deployment {
 fn applied(result: Result<QueueAttributes, QueueError>) -> Computed {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let queues = [QueueObservation { index: 0, label: "orders".into(), result }];
-    compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &ready_deployment() })
+    compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &ready_deployment() })
 }
 
 fn healthy() -> Computed {
@@ -170,7 +170,12 @@ fn a_weakened_guarantee_is_a_warning_when_it_appears_and_news_when_it_goes() {
             ..QueueAttributes::default()
         }),
     }];
-    let warned = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &ready_deployment() });
+    let warned = compute(Outcome::Applied {
+        spec: &spec,
+        queues: &queues,
+        targets: &[],
+        deployment: &ready_deployment(),
+    });
     let got = notices(&Happened {
         previous: None,
         generation: Some(1),

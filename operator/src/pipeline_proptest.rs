@@ -250,7 +250,7 @@ proptest! {
                     .enumerate()
                     .map(|(index, result)| QueueObservation { index, label: format!("q{index}"), result })
                     .collect();
-                let computed = compute(Outcome::Applied { spec: &source.spec, queues: &observations, deployment: &d });
+                let computed = compute(Outcome::Applied { spec: &source.spec, queues: &observations, targets: &[], deployment: &d });
                 for v in &computed.verdicts {
                     prop_assert!(is_pascal_case(&v.reason), "{}", v.reason);
                 }

@@ -35,6 +35,7 @@ use crate::deletion::{self, FINALIZER};
 use crate::error::{Error, Result};
 use crate::events::{Happened, Notice, notices, publish};
 use crate::metrics::Metrics;
+use crate::queue_check::targets::check_all;
 use crate::queue_check::{QueueInspector, inspect_all};
 use crate::status::update_status;
 use crate::validate::{Problem, validate};
@@ -80,7 +81,8 @@ pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Contex
         Ok(_) => ctx.failures.succeeded(&key),
         Err(e) => {
             tracing::warn!(source = %key, error = %e, "reconcile failed");
-            let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note: e.to_string() };
+            let note = format!("{e}: {}", e.remedy());
+            let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note };
             publish(&ctx.recorder, &reference(object.meta()), &[notice]).await;
         }
     }
@@ -132,13 +134,21 @@ async fn reconcile_source(api: &Api<SqsSource>, cached: &SqsSource, ctx: &Contex
     let children = build(&valid)?;
     let deployment = apply_children(&ctx.client, &children).await?;
     let queues = inspect_all(ctx.inspector.as_ref(), &source.spec).await;
-    let computed = compute(Outcome::Applied { spec: &source.spec, queues: &queues, deployment: &deployment });
+    let targets = check_all(ctx.inspector.as_ref(), &source.spec).await;
+    let computed = compute(Outcome::Applied {
+        spec: &source.spec,
+        queues: &queues,
+        targets: &targets,
+        deployment: &deployment,
+    });
     report.write(ctx, &computed, &[], Some(&children.config_hash)).await?;
     let queues_ok = computed
         .verdicts
         .iter()
         .filter(|v| {
-            v.type_ == crate::conditions::QUEUE_REACHABLE || v.type_ == crate::conditions::QUEUE_CONFIG_VALID
+            v.type_ == crate::conditions::QUEUE_REACHABLE
+                || v.type_ == crate::conditions::QUEUE_CONFIG_VALID
+                || v.type_ == crate::conditions::TARGETS_REACHABLE
         })
         .all(|v| v.status == "True");
     Ok(Action::requeue(if queues_ok { HEALTHY_REQUEUE } else { UNHEALTHY_REQUEUE }))

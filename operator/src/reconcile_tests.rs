@@ -30,6 +30,16 @@ impl QueueInspector for FakeQueues {
     }
 }
 
+/// The fixtures name no sqs or s3 sink; a target check would be a bug in `targets()`.
+impl crate::queue_check::targets::TargetInspector for FakeQueues {
+    fn check<'a>(
+        &'a self,
+        target: &'a crate::queue_check::targets::Target,
+    ) -> BoxFuture<'a, Result<(), QueueError>> {
+        panic!("no target to check in these fixtures, asked for {}", target.field)
+    }
+}
+
 fn healthy_queue() -> Result<QueueAttributes, QueueError> {
     Ok(QueueAttributes {
         url: "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),

@@ -62,7 +62,7 @@ pub fn caveats(spec: &SqsSourceSpec) -> Vec<Caveat> {
         .filter_map(|(i, q)| q.endpoint.as_ref().map(|e| (format!("spec.queues[{i}].endpoint"), e.as_str())))
         .chain(sinks.chain(dead).flat_map(|(field, sink)| sink_urls(&field, sink)));
     for (field, url) in endpoints {
-        if let Some(host) = url.strip_prefix("http://").map(|rest| host_of_rest(rest))
+        if let Some(host) = url.strip_prefix("http://").map(host_of_rest)
             && !is_local(host)
         {
             out.push(Caveat {
