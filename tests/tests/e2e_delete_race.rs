@@ -293,6 +293,18 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
         let left = leftovers(&system, &format!("race-{round}"), "").await?;
         assert!(left.is_empty(), "race-{round}: {left:?}");
     }
+    // A delete is not a failure: no `ReconcileFailed ... not found` Warning about any source.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(system.client.clone(), "default");
+    let failed: Vec<String> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ReconcileFailed"))
+        .map(|e| e.note.unwrap_or_default())
+        .collect();
+    println!("ReconcileFailed events: {}", failed.len());
+    assert!(failed.is_empty(), "deletes reported as failures: {failed:?}");
 
     drop(system);
     sink.stop().await?;
