@@ -1,4 +1,5 @@
-//! One reconcile of one `SqsSource`: validate → build → apply → inspect queues → status + events.
+//! One reconcile of one `SqsSource`: fresh read → validate → build → apply → inspect queues and
+//! the other targets → status + events.
 //!
 //! Why this order and these exits:
 //! - A source carries the operator's finalizer (see `deletion`): a deleted one gets no reconcile
@@ -11,8 +12,8 @@
 //!   change: retrying cannot fix it.
 //! - An object that does not even parse (written around the schema) gets the same treatment, so
 //!   one bad object never blocks the watch of all the others.
-//! - Queue problems are conditions, not errors: the children are still applied, and the source is
-//!   checked again sooner.
+//! - Queue and target problems are conditions, not errors: the children are still applied, and
+//!   the source is checked again sooner.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
