@@ -56,6 +56,12 @@ use crate::status::SqsSourceStatus;
     validation = Rule::new("self.delivery.guarantee != 'exactlyOnce' || self.sinks.all(s, has(s.s3) || has(s.http) || (has(s.sqs) && s.sqs.queueUrl.endsWith('.fifo')))")
         .field_path(".sinks")
         .message("with spec.delivery.guarantee exactlyOnce every sink in spec.sinks must be able to take part in checkpoints (s3, http, or sqs to a FIFO queue whose url ends in .fifo): remove log sinks and standard-queue sqs sinks, or use guarantee atLeastOnce"),
+    validation = Rule::new("self.sinks.all(s, !has(s.sqs) || !self.queues.exists(q, has(q.url) && q.url == s.sqs.queueUrl && (has(q.endpoint) ? q.endpoint : '') == (has(s.sqs.endpoint) ? s.sqs.endpoint : '')))")
+        .field_path(".sinks")
+        .message("spec.sinks[].sqs.queueUrl is one of the source's own queues (spec.queues[].url): every forwarded message would be received and forwarded again without end; point the sink at another queue"),
+    validation = Rule::new("!has(self.deadLetterSink) || !has(self.deadLetterSink.sqs) || !self.queues.exists(q, has(q.url) && q.url == self.deadLetterSink.sqs.queueUrl && (has(q.endpoint) ? q.endpoint : '') == (has(self.deadLetterSink.sqs.endpoint) ? self.deadLetterSink.sqs.endpoint : ''))")
+        .field_path(".deadLetterSink.sqs.queueUrl")
+        .message("spec.deadLetterSink.sqs.queueUrl is one of the source's own queues (spec.queues[].url): every dead letter would be received and failed again without end; point it at another queue"),
     validation = Rule::new("!has(self.deadLetterSink) || self.sinks.all(s, s.name != self.deadLetterSink.name)")
         .field_path(".deadLetterSink.name")
         .reason(Reason::FieldValueDuplicate)

@@ -16,7 +16,13 @@ pub struct SqsSourceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Current conditions, one per `type`: Ready, QueueReachable, QueueConfigValid, Progressing,
-    /// Degraded, Scaling, CheckpointHealthy. Default empty.
+    /// Degraded, Scaling (False with reason FixedReplicas when minReplicas equals maxReplicas),
+    /// CheckpointHealthy (True with reason NotApplicable under atLeastOnce), and SpecWarnings (True
+    /// while a setting works but weakens what one may expect: exactlyOnce through an http sink,
+    /// whose receiver must drop repeated `ce-id`s; a FIFO source forwarded to a standard queue,
+    /// which loses the order; plain http to a host that is not local), TargetsReachable (every
+    /// sink queue, dead-letter queue and bucket the spec names exists). Every type is present once
+    /// the operator has reconciled a valid source. Default empty.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -7,6 +7,7 @@
 //! only in [`parse_source_yaml`].
 
 mod error;
+pub mod self_loop;
 pub mod structural;
 
 use std::sync::LazyLock;
@@ -18,6 +19,7 @@ use kube::{
 use serde_json::Value;
 
 pub use self::error::{SpecError, Violation};
+pub use self::self_loop::{SelfLoop, self_loops};
 use crate::SqsSource;
 
 /// The CRD's `openAPIV3Schema`, generated once.

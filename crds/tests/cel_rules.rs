@@ -294,6 +294,19 @@ fn cases() -> Vec<Case> {
             invalid: |v| spec(v)["deadLetterSink"]["route"] = json!({"attribute": "kind", "values": ["x"]}),
         },
         Case {
+            names: "spec.sinks[].sqs.queueUrl is one of the source's own queues",
+            path: "spec.sinks",
+            // Same URL through another endpoint is another service's queue.
+            valid: |v| spec(v)["sinks"][1]["sqs"] = json!({"queueUrl": queue_url("orders")}),
+            invalid: |v| spec(v)["sinks"][1]["sqs"]["queueUrl"] = json!(queue_url("orders")),
+        },
+        Case {
+            names: "spec.deadLetterSink.sqs.queueUrl is one of the source's own queues",
+            path: "spec.deadLetterSink.sqs.queueUrl",
+            valid: |v| spec(v)["deadLetterSink"]["sqs"]["queueUrl"] = json!(queue_url("orders-dead")),
+            invalid: |v| spec(v)["deadLetterSink"]["sqs"]["queueUrl"] = json!(queue_url("orders")),
+        },
+        Case {
             names: "spec.deadLetterSink.name must differ",
             path: "spec.deadLetterSink.name",
             valid: |v| spec(v)["deadLetterSink"]["name"] = json!("dead-2"),

@@ -6,26 +6,47 @@
 //! Deployment) makes every message testable, lets the property test drive arbitrary specs through
 //! it, and lets reconcile skip the write when nothing changed.
 //!
-//! Ownership: the reconciler writes only the fields produced here (and only these five condition
-//! types) under its field manager; `Scaling`, `CheckpointHealthy`, desired replicas and epochs
-//! belong to the autoscaler and the checkpoint coordinator.
+//! Ownership: the reconciler writes only the fields produced here under its field manager: the
+//! [`OWNED`] condition types always, and `CheckpointHealthy` while the source has no checkpoints
+//! (atLeastOnce), so that every condition type the CRD lists is present with a reason. Under
+//! exactlyOnce `CheckpointHealthy` belongs to the checkpoint coordinator; desired replicas and
+//! epochs belong to the autoscaler and the coordinator. `Scaling` says whether the autoscaler
+//! sizes the readers at all and within which bounds; it is written here because it follows from
+//! the spec, and its message carries no live figure so it does not change every interval.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use sluice_crds::{QueueFigures, SqsSourceSpec, SqsSourceStatus};
+use sluice_crds::{Guarantee, QueueFigures, SqsSourceSpec, SqsSourceStatus};
 
 use crate::queue_check::checks::{Finding, Severity, check_queue};
+use crate::queue_check::targets::TargetObservation;
 use crate::queue_check::{QueueError, QueueObservation};
 use crate::validate::{Problem, summarize};
+use crate::validate_caveats::caveats;
 
 pub const READY: &str = "Ready";
 pub const QUEUE_REACHABLE: &str = "QueueReachable";
 pub const QUEUE_CONFIG_VALID: &str = "QueueConfigValid";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
-/// The condition types this module (and so the reconciler's field manager) owns.
-pub const OWNED: [&str; 5] = [READY, QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, DEGRADED];
+pub const SCALING: &str = "Scaling";
+pub const CHECKPOINT_HEALTHY: &str = "CheckpointHealthy";
+/// True while a setting works but weakens a guarantee (see `validate_caveats`).
+pub const SPEC_WARNINGS: &str = "SpecWarnings";
+/// Whether every sink queue, dead-letter queue and bucket the source names exists.
+pub const TARGETS_REACHABLE: &str = "TargetsReachable";
+/// The condition types this module (and so the reconciler's field manager) always writes.
+pub const OWNED: [&str; 8] = [
+    READY,
+    QUEUE_REACHABLE,
+    QUEUE_CONFIG_VALID,
+    PROGRESSING,
+    DEGRADED,
+    SCALING,
+    SPEC_WARNINGS,
+    TARGETS_REACHABLE,
+];
 
 /// What reconcile learned about a source.
 #[derive(Clone, Copy, Debug)]
@@ -34,8 +55,13 @@ pub enum Outcome<'a> {
     Unparseable { error: &'a str },
     /// The spec parsed but cannot run; no children were applied.
     Invalid { problems: &'a [Problem] },
-    /// Children were applied; the queues were inspected.
-    Applied { spec: &'a SqsSourceSpec, queues: &'a [QueueObservation], deployment: &'a Deployment },
+    /// Children were applied; the queues and the other targets were inspected.
+    Applied {
+        spec: &'a SqsSourceSpec,
+        queues: &'a [QueueObservation],
+        targets: &'a [TargetObservation],
+        deployment: &'a Deployment,
+    },
 }
 
 /// One condition before timestamps: type, status, reason, message.
@@ -55,7 +81,7 @@ impl Verdict {
     /// Whether this state needs a user's attention (a Warning event when it is entered).
     pub fn is_bad(&self) -> bool {
         match self.type_ {
-            DEGRADED => self.status == "True",
+            DEGRADED | SPEC_WARNINGS => self.status == "True",
             PROGRESSING => self.reason == "ProgressDeadlineExceeded",
             _ => self.status == "False",
         }
@@ -86,7 +112,7 @@ pub fn compute(outcome: Outcome<'_>) -> Computed {
             let reason = problems.first().map_or("SpecInvalid", |p| p.reason);
             not_running(reason, &summarize(problems))
         }
-        Outcome::Applied { spec, queues, deployment } => applied(spec, queues, deployment),
+        Outcome::Applied { spec, queues, targets, deployment } => applied(spec, queues, targets, deployment),
     }
 }
 
@@ -104,6 +130,9 @@ fn not_running(reason: &str, message: &str) -> Computed {
                 "nothing new is rolled out until the spec is valid; readers of the last valid generation, if any, keep running",
             ),
             Verdict::new(DEGRADED, "True", reason, message),
+            Verdict::new(SCALING, "Unknown", "SpecInvalid", waiting),
+            Verdict::new(SPEC_WARNINGS, "Unknown", "SpecInvalid", waiting),
+            Verdict::new(TARGETS_REACHABLE, "Unknown", "SpecInvalid", waiting),
         ],
         replicas: 0,
         ready_replicas: 0,
@@ -113,8 +142,14 @@ fn not_running(reason: &str, message: &str) -> Computed {
     }
 }
 
-fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deployment) -> Computed {
+fn applied(
+    spec: &SqsSourceSpec,
+    queues: &[QueueObservation],
+    targets: &[TargetObservation],
+    deployment: &Deployment,
+) -> Computed {
     let reachable = reachability(queues);
+    let targets = target_reachability(targets);
     let mut findings: Vec<Finding> = Vec::new();
     let mut figures: Option<QueueFigures> = None;
     let mut max_size = 0;
@@ -156,6 +191,8 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
         Verdict::new(READY, "False", "QueueUnreachable", reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(READY, "False", "QueueConfigInvalid", config.message.clone())
+    } else if targets.reason == TARGET_MISSING {
+        Verdict::new(READY, "False", TARGET_MISSING, targets.message.clone())
     } else if rollout.desired == 0 {
         Verdict::new(
             READY,
@@ -182,6 +219,8 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
         Verdict::new(DEGRADED, "True", &reachable.reason, reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(DEGRADED, "True", &config.reason, config.message.clone())
+    } else if targets.status == "False" {
+        Verdict::new(DEGRADED, "True", &targets.reason, targets.message.clone())
     } else if rollout.stuck {
         Verdict::new(DEGRADED, "True", "RolloutStuck", progressing.message.clone())
     } else if rollout.ready < rollout.desired && !rollout.rolling {
@@ -200,14 +239,95 @@ fn applied(spec: &SqsSourceSpec, queues: &[QueueObservation], deployment: &Deplo
     let last_error = (degraded.status == "True").then(|| degraded.message.clone());
     let replicas = rollout.current;
     let ready_replicas = rollout.ready;
-    Computed {
-        verdicts: vec![ready, reachable, config, progressing, degraded],
-        replicas,
-        ready_replicas,
-        queue: figures,
-        last_error,
-        warnings,
+    let mut verdicts =
+        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec), targets];
+    verdicts.extend(checkpoint_not_applicable(spec));
+    Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+}
+
+const TARGET_MISSING: &str = "TargetDoesNotExist";
+
+/// The sinks' queues and buckets: all there, or each problem naming its field.
+fn target_reachability(targets: &[TargetObservation]) -> Verdict {
+    if targets.is_empty() {
+        return Verdict::new(TARGETS_REACHABLE, "True", "NoTargetsToCheck", "no sqs or s3 sink to check");
     }
+    let problems: Vec<String> = targets.iter().filter_map(TargetObservation::problem).collect();
+    let first_error = targets.iter().find_map(|t| t.result.as_ref().err());
+    match first_error {
+        None => Verdict::new(
+            TARGETS_REACHABLE,
+            "True",
+            "TargetsFound",
+            format!(
+                "found {}",
+                targets.iter().map(|t| t.target.field.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        Some(_) => {
+            let missing = targets.iter().any(|t| t.result == Err(QueueError::DoesNotExist));
+            let denied = targets.iter().any(|t| matches!(t.result, Err(QueueError::Denied(_))));
+            let reason = if missing {
+                TARGET_MISSING
+            } else if denied {
+                "TargetAccessDenied"
+            } else {
+                "TargetCheckFailed"
+            };
+            Verdict::new(TARGETS_REACHABLE, "False", reason, problems.join("; "))
+        }
+    }
+}
+
+/// Whether the autoscaler sizes the readers, and between which bounds.
+fn scaling(spec: &SqsSourceSpec) -> Verdict {
+    let (min, max) = (spec.scaling.min_replicas, spec.scaling.max_replicas);
+    if min == max {
+        Verdict::new(
+            SCALING,
+            "False",
+            "FixedReplicas",
+            format!(
+                "spec.scaling.minReplicas equals maxReplicas ({min}): the autoscaler keeps {min} reader(s); raise maxReplicas to scale with the queue"
+            ),
+        )
+    } else {
+        Verdict::new(
+            SCALING,
+            "True",
+            "Autoscaling",
+            format!(
+                "readers are sized from the queue between {min} and {max}; status.desiredReplicas and status.lastScaleReason show the latest decision"
+            ),
+        )
+    }
+}
+
+/// Settings that weaken a guarantee: True with the first one's reason and every message.
+fn spec_warnings(spec: &SqsSourceSpec) -> Verdict {
+    let found = caveats(spec);
+    match found.first() {
+        Some(first) => Verdict::new(
+            SPEC_WARNINGS,
+            "True",
+            first.reason,
+            found.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; "),
+        ),
+        None => Verdict::new(SPEC_WARNINGS, "False", "NoWarnings", "no setting weakens a guarantee"),
+    }
+}
+
+/// `CheckpointHealthy` for a source without checkpoints (atLeastOnce); None under exactlyOnce,
+/// where the checkpoint coordinator writes it.
+pub fn checkpoint_not_applicable(spec: &SqsSourceSpec) -> Option<Verdict> {
+    (spec.delivery.guarantee != Guarantee::ExactlyOnce).then(|| {
+        Verdict::new(
+            CHECKPOINT_HEALTHY,
+            "True",
+            "NotApplicable",
+            "atLeastOnce deletes each message once its sink acknowledged it: there are no checkpoint epochs",
+        )
+    })
 }
 
 fn join(findings: &[Finding]) -> String {
@@ -226,12 +346,12 @@ fn reachability(queues: &[QueueObservation]) -> Verdict {
                 q.label, q.index
             )),
             Err(QueueError::Denied(why)) => denied.push(format!(
-                "GetQueueAttributes on {} was denied ({why}): grant the operator's AWS identity sqs:GetQueueAttributes and sqs:GetQueueUrl on it",
-                q.label
+                "queue {} (spec.queues[{}]): {why}: grant the operator's AWS identity sqs:GetQueueAttributes and sqs:GetQueueUrl on it",
+                q.label, q.index
             )),
             Err(QueueError::Unavailable(why)) => failed.push(format!(
-                "queue {} could not be checked ({why}); retrying",
-                q.label
+                "queue {} (spec.queues[{}]) could not be checked: {why}; retrying",
+                q.label, q.index
             )),
         }
     }
@@ -354,15 +474,17 @@ pub fn owned_status(
 }
 
 /// Whether writing `next` would change what the reconciler owns in `previous` (ignoring times).
+/// The condition types compared are those `next` writes: another manager's are not changes.
 pub fn differs(previous: Option<&SqsSourceStatus>, next: &SqsSourceStatus) -> bool {
     let Some(previous) = previous else {
         return true;
     };
+    let written: Vec<&str> = next.conditions.iter().map(|c| c.type_.as_str()).collect();
     let mine = |s: &SqsSourceStatus| {
         let mut conditions: Vec<_> = s
             .conditions
             .iter()
-            .filter(|c| OWNED.contains(&c.type_.as_str()))
+            .filter(|c| written.contains(&c.type_.as_str()))
             .map(|c| {
                 (
                     c.type_.clone(),

@@ -59,7 +59,7 @@ fn a_healthy_source_is_ready_and_reports_its_queue() {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let queues = [found(7, true)];
     let d = deployment(Some(2), 2);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     assert_eq!(summary(&c, READY), pair("True", "ReadersReady"));
     assert_eq!(summary(&c, QUEUE_REACHABLE), pair("True", "QueueFound"));
     assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("True", "QueueConfigValid"));
@@ -103,7 +103,7 @@ fn a_missing_queue_is_named_in_the_condition() {
         result: Err(QueueError::DoesNotExist),
     }];
     let d = deployment(Some(1), 1);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     assert_eq!(summary(&c, QUEUE_REACHABLE), pair("False", "QueueDoesNotExist"));
     assert!(
         verdict(&c, QUEUE_REACHABLE).message.contains("123456789012/orders (spec.queues[0]) does not exist")
@@ -123,7 +123,7 @@ fn denied_and_unavailable_queues_have_their_own_reasons() {
         (QueueError::Unavailable("timeout".into()), "QueueCheckFailed"),
     ] {
         let queues = [QueueObservation { index: 0, label: "q".into(), result: Err(error) }];
-        let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+        let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
         assert_eq!(summary(&c, QUEUE_REACHABLE), pair("False", reason));
     }
 }
@@ -133,13 +133,13 @@ fn queue_config_errors_and_warnings() {
     let mut spec = fixtures::source(fixtures::BASIC).spec;
     let d = deployment(Some(1), 1);
     let queues = [found(0, false)];
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("True", "NoDeadLetter"));
     assert_eq!(c.warnings.len(), 1);
     assert_eq!(summary(&c, READY), pair("True", "ReadersReady"));
 
     spec.receive.visibility_timeout_seconds = Some(3);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("False", "VisibilityTimeoutTooShort"));
     assert_eq!(summary(&c, READY), pair("False", "QueueConfigInvalid"));
     assert_eq!(summary(&c, DEGRADED), pair("True", "VisibilityTimeoutTooShort"));
@@ -151,14 +151,14 @@ fn rollouts_scaled_to_zero_and_stuck_rollouts() {
     let queues = [found(0, true)];
 
     let zero = deployment(Some(0), 0);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &zero });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &zero });
     assert_eq!(summary(&c, READY), pair("True", "ScaledToZero"));
 
     let mut rolling = deployment(Some(3), 1);
     if let Some(s) = rolling.status.as_mut() {
         s.updated_replicas = Some(1);
     }
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &rolling });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &rolling });
     assert_eq!(summary(&c, PROGRESSING), pair("True", "RollingOut"));
     assert_eq!(summary(&c, DEGRADED), pair("False", "AsExpected"));
 
@@ -171,7 +171,7 @@ fn rollouts_scaled_to_zero_and_stuck_rollouts() {
             ..DeploymentCondition::default()
         }]);
     }
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &stuck });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &stuck });
     assert_eq!(summary(&c, PROGRESSING), pair("False", "ProgressDeadlineExceeded"));
     assert_eq!(summary(&c, DEGRADED), pair("True", "RolloutStuck"));
     assert_eq!(summary(&c, READY), pair("False", "ReadersNotReady"));
@@ -185,7 +185,7 @@ fn transition_times_survive_unchanged_statuses() {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let queues = [found(1, true)];
     let d = deployment(Some(1), 1);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     let first = owned_status(&c, None, Some(1), t0);
     let second = owned_status(&c, Some(&first), Some(1), t1);
     assert!(second.conditions.iter().all(|c| c.last_transition_time == Time(t0)));
@@ -207,15 +207,15 @@ fn conditions_of_other_managers_do_not_count_as_changes() {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let queues = [found(1, true)];
     let d = deployment(Some(1), 1);
-    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &d });
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
     let mine = owned_status(&c, None, Some(1), t0);
     let mut on_server = mine.clone();
     on_server.conditions.insert(
         0,
         Condition {
-            type_: "Scaling".into(),
+            type_: "SinksHealthy".into(),
             status: "True".into(),
-            reason: "ScaledUp".into(),
+            reason: "Delivering".into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(t0),
@@ -223,4 +223,63 @@ fn conditions_of_other_managers_do_not_count_as_changes() {
     );
     on_server.desired_replicas = Some(4);
     assert!(!differs(Some(&on_server), &mine));
+}
+
+#[test]
+fn scaling_and_checkpoint_health_are_always_present_with_a_reason() {
+    let queues = [found(1, true)];
+    let d = deployment(Some(1), 1);
+
+    let mut spec = fixtures::source(fixtures::BASIC).spec;
+    spec.scaling.min_replicas = 2;
+    spec.scaling.max_replicas = 2;
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
+    assert_eq!(summary(&c, SCALING), pair("False", "FixedReplicas"));
+    assert!(verdict(&c, SCALING).message.contains("raise maxReplicas"));
+    assert_eq!(summary(&c, CHECKPOINT_HEALTHY), pair("True", "NotApplicable"));
+
+    spec.scaling.max_replicas = 5;
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
+    assert_eq!(summary(&c, SCALING), pair("True", "Autoscaling"));
+
+    // Under exactlyOnce the checkpoint coordinator owns CheckpointHealthy: not written here.
+    let exactly = fixtures::source(fixtures::EXACTLY_ONCE_SECRET).spec;
+    let c = compute(Outcome::Applied { spec: &exactly, queues: &queues, targets: &[], deployment: &d });
+    assert!(c.verdicts.iter().all(|v| v.type_ != CHECKPOINT_HEALTHY));
+    assert!(c.verdicts.iter().any(|v| v.type_ == SCALING));
+
+    let problems = [Problem { reason: "NoSinks", field: "spec.sinks".into(), message: "m".into() }];
+    let c = compute(Outcome::Invalid { problems: &problems });
+    assert_eq!(summary(&c, SCALING), pair("Unknown", "SpecInvalid"));
+}
+
+#[test]
+fn queue_check_failures_read_as_one_line_naming_the_field_and_the_aws_code() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let d = deployment(Some(1), 1);
+    let denied = [QueueObservation {
+        index: 0,
+        label: "orders".into(),
+        result: Err(QueueError::Denied(
+            "GetQueueAttributes returned AccessDenied: User arn:aws:sts::1:assumed-role/op is not authorized"
+                .into(),
+        )),
+    }];
+    let c = compute(Outcome::Applied { spec: &spec, queues: &denied, targets: &[], deployment: &d });
+    let reachable = verdict(&c, QUEUE_REACHABLE);
+    assert_eq!(reachable.reason, "QueueAccessDenied");
+    assert!(
+        reachable
+            .message
+            .starts_with("queue orders (spec.queues[0]): GetQueueAttributes returned AccessDenied: "),
+        "{}",
+        reachable.message
+    );
+    assert!(
+        reachable
+            .message
+            .ends_with("grant the operator's AWS identity sqs:GetQueueAttributes and sqs:GetQueueUrl on it")
+    );
+    assert_eq!(c.last_error.as_deref(), Some(reachable.message.as_str()));
+    assert!(!reachable.message.contains('\n'));
 }

@@ -22,10 +22,14 @@ use crate::error::{Error, PERMANENT_FAILURE_REQUEUE};
 use crate::names;
 use crate::reconcile::{Context, object_key, reconcile};
 
-/// The watches of the controller (list + watch of the sources and of each owned kind).
+/// The watches of the controller (list + watch of the sources and of each owned kind), and its
+/// reads and finalizer patches of the sources.
 pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("sluice.dev", "sqssources", "list"),
     ApiCall::new("sluice.dev", "sqssources", "watch"),
+    // The fresh read before each apply, and the finalizer's JSON patches (see `deletion`).
+    ApiCall::new("sluice.dev", "sqssources", "get"),
+    ApiCall::new("sluice.dev", "sqssources", "patch"),
     ApiCall::new("apps", "deployments", "list"),
     ApiCall::new("apps", "deployments", "watch"),
     ApiCall::new("", "configmaps", "list"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The API server refused or failed a request.
-    #[error("kubernetes api: {0}")]
+    #[error("{}", kube_line(.0))]
     Kube(#[from] kube::Error),
     /// The object cannot be turned into children (no name, namespace or uid yet).
     #[error("cannot build children: {0}")]
@@ -17,6 +17,10 @@ pub enum Error {
     /// The source's YAML could not be rendered for the reader.
     #[error("cannot render the source for the reader: {0}")]
     Render(String),
+    /// The source is gone, was replaced by another of the same name, or is being deleted: the
+    /// reconcile stops without writing anything (not a failure).
+    #[error("the source is gone or being deleted")]
+    SourceGone,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -32,6 +36,7 @@ impl Error {
             Error::Kube(_) => "api_unreachable",
             Error::Build(_) => "build",
             Error::Render(_) => "render",
+            Error::SourceGone => "gone",
         }
     }
 
@@ -42,7 +47,51 @@ impl Error {
                 !(status.is_invalid() || status.code == 400 || status.is_forbidden())
             }
             Error::Kube(_) => true,
-            Error::Build(_) | Error::Render(_) => false,
+            Error::Build(_) | Error::Render(_) | Error::SourceGone => false,
+        }
+    }
+}
+
+/// One line about a failed Kubernetes API call: kube's own Display of a refusal carries a Debug
+/// dump of the whole `Status`, which no one should have to read in an Event or a log line.
+pub fn kube_line(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!(
+            "the Kubernetes API refused the request: {} (HTTP {} {})",
+            status.message.trim(),
+            status.code,
+            status.reason
+        ),
+        other => format!("the Kubernetes API could not be reached: {}", root_cause(other)),
+    }
+}
+
+/// The innermost cause of an error chain, on one line.
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = error;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    one_line(&last.to_string())
+}
+
+/// Joins lines and squeezes runs of spaces, so a message fits one log line or condition.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl Error {
+    /// What a person can do about it, for the `ReconcileFailed` Event.
+    pub fn remedy(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(status)) if status.is_forbidden() => {
+                "grant the operator's ServiceAccount this permission (deploy/operator/clusterrole.yaml); retried every 5 minutes"
+            }
+            Error::Kube(kube::Error::Api(status)) if status.is_invalid() || status.code == 400 => {
+                "an admission rule or the schema refused what the operator wrote: report it with this message; retried every 5 minutes"
+            }
+            _ if self.is_transient() => "retrying with backoff",
+            _ => "retried every 5 minutes",
         }
     }
 }
@@ -50,3 +99,30 @@ impl Error {
 /// How long a permanently failing object waits before it is tried again anyway (a fixed RBAC or
 /// admission rule may let it through without the object itself changing).
 pub const PERMANENT_FAILURE_REQUEUE: Duration = Duration::from_secs(300);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_one_readable_line_without_a_debug_dump() {
+        let status = kube::core::Status::failure(
+            "sqssources.sluice.dev \"orders\" is forbidden: User \"x\" cannot patch",
+            "Forbidden",
+        )
+        .with_code(403);
+        let error = Error::Kube(kube::Error::Api(Box::new(status)));
+        let text = error.to_string();
+        assert_eq!(
+            text,
+            "the Kubernetes API refused the request: sqssources.sluice.dev \"orders\" is forbidden: User \"x\" cannot patch (HTTP 403 Forbidden)"
+        );
+        assert!(!text.contains("Status {") && !text.contains('\n'));
+        assert!(error.remedy().starts_with("grant the operator's ServiceAccount"));
+    }
+
+    #[test]
+    fn one_line_squeezes_whitespace() {
+        assert_eq!(one_line("a\n  b\tc "), "a b c");
+    }
+}

@@ -11,7 +11,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use sluice_crds::SqsSourceStatus;
 
 use crate::access::ApiCall;
-use crate::conditions::{Computed, PROGRESSING, QUEUE_CONFIG_VALID, QUEUE_REACHABLE, Verdict};
+use crate::conditions::{
+    Computed, PROGRESSING, QUEUE_CONFIG_VALID, QUEUE_REACHABLE, SPEC_WARNINGS, TARGETS_REACHABLE, Verdict,
+};
 use crate::validate::Problem;
 
 /// The Recorder creates an Event, and patches it when the same one recurs.
@@ -64,7 +66,7 @@ pub fn notices(h: &Happened<'_>) -> Vec<Notice> {
     }
     let previous: &[_] = h.previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     // Ready and Degraded summarize the others; announcing them too would say everything twice.
-    let causes = [QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING];
+    let causes = [QUEUE_REACHABLE, QUEUE_CONFIG_VALID, PROGRESSING, SPEC_WARNINGS, TARGETS_REACHABLE];
     for verdict in h.computed.verdicts.iter().filter(|v| causes.contains(&v.type_)) {
         let before = previous.iter().find(|c| c.type_ == verdict.type_);
         let changed = before.is_none_or(|c| c.status != verdict.status || c.reason != verdict.reason);
@@ -86,7 +88,8 @@ pub fn notices(h: &Happened<'_>) -> Vec<Notice> {
 }
 
 fn verdict_of(type_: &str, status: &str, reason: &str) -> Verdict {
-    let type_ = crate::conditions::OWNED.iter().find(|t| **t == type_).copied().unwrap_or("Unknown");
+    let written = crate::conditions::OWNED.iter().chain([crate::conditions::CHECKPOINT_HEALTHY].iter());
+    let type_ = written.copied().find(|t| *t == type_).unwrap_or("Unknown");
     let status = match status {
         "True" => "True",
         "False" => "False",

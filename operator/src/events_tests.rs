@@ -22,7 +22,7 @@ fn ready_deployment() -> Deployment {
 fn applied(result: Result<QueueAttributes, QueueError>) -> Computed {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let queues = [QueueObservation { index: 0, label: "orders".into(), result }];
-    compute(Outcome::Applied { spec: &spec, queues: &queues, deployment: &ready_deployment() })
+    compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &ready_deployment() })
 }
 
 fn healthy() -> Computed {
@@ -152,4 +152,61 @@ fn long_notes_are_cut_at_a_char_boundary() {
     let t = truncate(&s, 1000);
     assert!(t.len() <= 1000 + '…'.len_utf8());
     assert!(t.ends_with('…'));
+}
+
+#[test]
+fn a_weakened_guarantee_is_a_warning_when_it_appears_and_news_when_it_goes() {
+    let mut spec = fixtures::source(fixtures::BASIC).spec;
+    spec.sinks[0] = serde_json::from_value(
+        serde_json::json!({"name": "hook", "http": {"url": "http://hooks.example.com/in"}}),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let queues = [QueueObservation {
+        index: 0,
+        label: "orders".into(),
+        result: Ok(QueueAttributes {
+            visibility_timeout_seconds: 30,
+            redrive_policy: Some("{}".into()),
+            ..QueueAttributes::default()
+        }),
+    }];
+    let warned = compute(Outcome::Applied {
+        spec: &spec,
+        queues: &queues,
+        targets: &[],
+        deployment: &ready_deployment(),
+    });
+    let got = notices(&Happened {
+        previous: None,
+        generation: Some(1),
+        computed: &warned,
+        problems: &[],
+        config_hash: Some("h"),
+    });
+    assert_eq!(reasons(&got), vec![(false, "ConfigApplied"), (true, "PlainHttpEndpoint")]);
+    assert!(
+        got[1].note.starts_with("spec.sinks[0].http.url sends to hooks.example.com over plain http"),
+        "{}",
+        got[1].note
+    );
+
+    let before = owned_status(&warned, None, Some(1), Timestamp::UNIX_EPOCH);
+    let again = notices(&Happened {
+        previous: Some(&before),
+        generation: Some(1),
+        computed: &warned,
+        problems: &[],
+        config_hash: Some("h"),
+    });
+    assert!(again.is_empty(), "said once: {again:?}");
+
+    let fixed = healthy();
+    let got = notices(&Happened {
+        previous: Some(&before),
+        generation: Some(2),
+        computed: &fixed,
+        problems: &[],
+        config_hash: Some("h2"),
+    });
+    assert_eq!(reasons(&got), vec![(false, "ConfigApplied"), (false, "NoWarnings")]);
 }

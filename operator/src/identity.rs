@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use sluice_crds::{CredentialSource, Credentials, QueueRef};
 
 use crate::queue_check::sqs::SqsInspector;
+use crate::queue_check::targets::{Target, TargetInspector};
 use crate::queue_check::{QueueAttributes, QueueError, QueueInspector};
 
 /// Session name when the source names none: CloudTrail then shows the operator as the caller.
@@ -73,6 +74,21 @@ impl Identities {
     /// How many assumed-role client sets are cached.
     pub fn assumed_roles(&self) -> usize {
         self.assumed.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The reconciler's target checks (dead-letter and sink queues, buckets), with the source's identity.
+impl TargetInspector for Identities {
+    fn check<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), QueueError>> {
+        self.own.check(target)
+    }
+
+    fn check_as<'a>(
+        &'a self,
+        target: &'a Target,
+        credentials: &'a Credentials,
+    ) -> BoxFuture<'a, Result<(), QueueError>> {
+        async move { self.for_source(credentials).await.check(target).await }.boxed()
     }
 }
 

@@ -16,6 +16,7 @@ pub mod build;
 pub mod cli;
 pub mod conditions;
 pub mod controller;
+pub mod deletion;
 pub mod error;
 pub mod events;
 pub mod identity;
@@ -28,6 +29,7 @@ pub mod reconcile;
 pub mod status;
 pub mod telemetry;
 pub mod validate;
+pub mod validate_caveats;
 
 pub mod checkpoint;
 pub mod scaler;

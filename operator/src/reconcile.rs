@@ -1,15 +1,19 @@
-//! One reconcile of one `SqsSource`: validate → build → apply → inspect queues → status + events.
+//! One reconcile of one `SqsSource`: fresh read → validate → build → apply → inspect queues and
+//! the other targets → status + events.
 //!
 //! Why this order and these exits:
-//! - A deleted source (deletion timestamp set) is left alone: owner references let the garbage
-//!   collector remove the children, and re-applying them would fight it.
+//! - A source carries the operator's finalizer (see `deletion`): a deleted one gets no reconcile
+//!   but the one that releases the finalizer, after which owner references let the garbage
+//!   collector remove the children. Each reconcile first reads the source afresh and stops,
+//!   silently, if it is gone, replaced (another uid) or being deleted: the cache may be stale.
+//!   A source that vanished mid-reconcile is not a failure and gets no Warning.
 //! - An invalid spec gets conditions and Events and no new children; children of its last valid
 //!   generation stay as they are, so a typo does not stop a running pipeline. It then waits for a
 //!   change: retrying cannot fix it.
 //! - An object that does not even parse (written around the schema) gets the same treatment, so
 //!   one bad object never blocks the watch of all the others.
-//! - Queue problems are conditions, not errors: the children are still applied, and the source is
-//!   checked again sooner.
+//! - Queue and target problems are conditions, not errors: the children are still applied, and
+//!   the source is checked again sooner.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,16 +24,19 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
+use kube::runtime::finalizer::{Event as Lifecycle, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::{SqsSource, SqsSourceStatus};
 
 use crate::apply::apply_children;
 use crate::backoff::Failures;
 use crate::build::build;
-use crate::conditions::{Computed, Outcome, compute, differs, owned_status};
+use crate::conditions::{Computed, Outcome, checkpoint_not_applicable, compute, differs, owned_status};
+use crate::deletion::{self, FINALIZER};
 use crate::error::{Error, Result};
 use crate::events::{Happened, Notice, notices, publish};
 use crate::metrics::Metrics;
+use crate::queue_check::targets::check_all;
 use crate::queue_check::{QueueInspector, inspect_all};
 use crate::status::update_status;
 use crate::validate::{Problem, validate};
@@ -60,33 +67,55 @@ pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Contex
     let started = Instant::now();
     let key = object_key(object.meta());
     let result = match &object.0 {
-        Ok(source) => reconcile_source(source, &ctx).await,
+        Ok(source) => reconcile_guarded(source, &ctx).await,
         Err(invalid) => reconcile_unparseable(invalid, &ctx).await,
+    };
+    let result = match result {
+        Err(Error::SourceGone) => {
+            tracing::debug!(source = %key, "gone, replaced or being deleted; nothing to do");
+            Ok(Action::await_change())
+        }
+        other => other,
     };
     ctx.metrics.observe(started.elapsed(), result.as_ref().err().map(Error::metric_label));
     match &result {
         Ok(_) => ctx.failures.succeeded(&key),
         Err(e) => {
             tracing::warn!(source = %key, error = %e, "reconcile failed");
-            let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note: e.to_string() };
+            let note = format!("{e}: {}", e.remedy());
+            let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note };
             publish(&ctx.recorder, &reference(object.meta()), &[notice]).await;
         }
     }
     result
 }
 
-async fn reconcile_source(source: &SqsSource, ctx: &Context) -> Result<Action> {
-    if source.meta().deletion_timestamp.is_some() {
-        tracing::debug!(source = %object_key(source.meta()), "being deleted; the garbage collector removes the children");
-        return Ok(Action::await_change());
-    }
+/// Runs the reconcile under the finalizer: adds it to a new source, reconciles a live one, and
+/// releases it from a deleted one.
+async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> {
     let name = source.name_any();
     let namespace =
         source.namespace().ok_or_else(|| Error::Build(format!("source {name} has no namespace")))?;
     let api: Api<SqsSource> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer(&api, FINALIZER, Arc::new(source.clone()), |event| async {
+        match event {
+            Lifecycle::Apply(cached) => reconcile_source(&api, &cached, ctx).await,
+            Lifecycle::Cleanup(gone) => {
+                tracing::info!(source = %object_key(gone.meta()), "deleted; the garbage collector removes its children");
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(deletion::from_finalizer)
+}
+
+async fn reconcile_source(api: &Api<SqsSource>, cached: &SqsSource, ctx: &Context) -> Result<Action> {
+    let source = &deletion::fresh(api, cached).await?;
+    let name = source.name_any();
     let regarding = source.object_ref(&());
     let report = Report {
-        api: &api,
+        api,
         name: &name,
         regarding: &regarding,
         previous: source.status.as_ref(),
@@ -97,7 +126,8 @@ async fn reconcile_source(source: &SqsSource, ctx: &Context) -> Result<Action> {
         Ok(valid) => valid,
         Err(problems) => {
             tracing::info!(source = %object_key(source.meta()), problems = problems.len(), "spec invalid");
-            let computed = compute(Outcome::Invalid { problems: &problems });
+            let mut computed = compute(Outcome::Invalid { problems: &problems });
+            computed.verdicts.extend(checkpoint_not_applicable(&source.spec));
             report.write(ctx, &computed, &problems, None).await?;
             return Ok(Action::await_change());
         }
@@ -105,13 +135,21 @@ async fn reconcile_source(source: &SqsSource, ctx: &Context) -> Result<Action> {
     let children = build(&valid)?;
     let deployment = apply_children(&ctx.client, &children).await?;
     let queues = inspect_all(ctx.inspector.as_ref(), &source.spec).await;
-    let computed = compute(Outcome::Applied { spec: &source.spec, queues: &queues, deployment: &deployment });
+    let targets = check_all(ctx.inspector.as_ref(), &source.spec).await;
+    let computed = compute(Outcome::Applied {
+        spec: &source.spec,
+        queues: &queues,
+        targets: &targets,
+        deployment: &deployment,
+    });
     report.write(ctx, &computed, &[], Some(&children.config_hash)).await?;
     let queues_ok = computed
         .verdicts
         .iter()
         .filter(|v| {
-            v.type_ == crate::conditions::QUEUE_REACHABLE || v.type_ == crate::conditions::QUEUE_CONFIG_VALID
+            v.type_ == crate::conditions::QUEUE_REACHABLE
+                || v.type_ == crate::conditions::QUEUE_CONFIG_VALID
+                || v.type_ == crate::conditions::TARGETS_REACHABLE
         })
         .all(|v| v.status == "True");
     Ok(Action::requeue(if queues_ok { HEALTHY_REQUEUE } else { UNHEALTHY_REQUEUE }))
@@ -122,6 +160,11 @@ async fn reconcile_unparseable(invalid: &InvalidObject, ctx: &Context) -> Result
     let (Some(name), Some(namespace)) = (&meta.name, &meta.namespace) else {
         return Ok(Action::await_change());
     };
+    if meta.deletion_timestamp.is_some() {
+        let guarded: Api<DeserializeGuard<SqsSource>> = Api::namespaced(ctx.client.clone(), namespace);
+        deletion::release_unparseable(&guarded, meta).await?;
+        return Ok(Action::await_change());
+    }
     tracing::warn!(source = %object_key(meta), error = %invalid.error, "object does not parse");
     let api: Api<SqsSource> = Api::namespaced(ctx.client.clone(), namespace);
     let problem = Problem {
@@ -168,7 +211,10 @@ impl Report<'_> {
         publish(&ctx.recorder, self.regarding, &notices(&happened)).await;
         let status = owned_status(computed, self.previous, self.generation, Timestamp::now());
         if differs(self.previous, &status) {
-            update_status(self.api, self.name, &status).await?;
+            update_status(self.api, self.name, &status).await.map_err(|e| match e {
+                Error::Kube(e) => deletion::gone_if_not_found(e),
+                other => other,
+            })?;
         }
         Ok(())
     }

@@ -30,6 +30,16 @@ impl QueueInspector for FakeQueues {
     }
 }
 
+/// The fixtures name no sqs or s3 sink; a target check would be a bug in `targets()`.
+impl crate::queue_check::targets::TargetInspector for FakeQueues {
+    fn check<'a>(
+        &'a self,
+        target: &'a crate::queue_check::targets::Target,
+    ) -> BoxFuture<'a, Result<(), QueueError>> {
+        panic!("no target to check in these fixtures, asked for {}", target.field)
+    }
+}
+
 fn healthy_queue() -> Result<QueueAttributes, QueueError> {
     Ok(QueueAttributes {
         url: "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),
@@ -45,6 +55,10 @@ type Check = Box<dyn Fn(&Value) + Send>;
 
 /// One request the reconcile must make next.
 enum Expect {
+    /// The fresh GET of the source; answered with this body, or 404 when None.
+    Read(Option<Value>),
+    /// A JSON patch of the source's finalizers: adding ours (true) or removing it (false).
+    Finalizer { add: bool },
     /// A server-side apply of a child at this path.
     Apply { path: String, check: Check },
     /// An Event with this type and reason.
@@ -175,8 +189,20 @@ fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect>
             }));
             e
         }
-        Scenario::Deletion => Vec::new(),
+        Scenario::Deletion => vec![Expect::Finalizer { add: false }],
     }
+}
+
+/// A source as the API server holds it once the operator's finalizer is on it.
+fn held(mut source: SqsSource) -> SqsSource {
+    source.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    source
+}
+
+fn deleting(mut source: SqsSource) -> SqsSource {
+    source.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+    source
 }
 
 async fn body_json(request: Request<Body>) -> Value {
@@ -190,6 +216,16 @@ async fn body_json(request: Request<Body>) -> Value {
 fn respond(send: mock::SendResponse<Response<Body>>, value: &Value) {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     match Response::builder().body(Body::from(bytes)) {
+        Ok(response) => send.send_response(response),
+        Err(e) => panic!("bad response: {e}"),
+    }
+}
+
+fn not_found(send: mock::SendResponse<Response<Body>>) {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+        "message": "sqssources.sluice.dev \"orders\" not found"});
+    let bytes = serde_json::to_vec(&status).unwrap_or_default();
+    match Response::builder().status(404).body(Body::from(bytes)) {
         Ok(response) => send.send_response(response),
         Err(e) => panic!("bad response: {e}"),
     }
@@ -211,7 +247,26 @@ async fn verify(
         let path = request.uri().path().to_owned();
         let query = request.uri().query().unwrap_or_default().to_owned();
         let body = body_json(request).await;
+        let source_path = format!(
+            "/apis/sluice.dev/v1alpha1/namespaces/shop/sqssources/{}",
+            source.metadata.name.clone().unwrap_or_default()
+        );
         match expect {
+            Expect::Read(answer) => {
+                assert_eq!((&method, path.as_str()), (&Method::GET, source_path.as_str()), "request {i}");
+                match answer {
+                    Some(answer) => respond(send, &answer),
+                    None => not_found(send),
+                }
+            }
+            Expect::Finalizer { add } => {
+                assert_eq!((&method, path.as_str()), (&Method::PATCH, source_path.as_str()), "request {i}");
+                let ops = body.as_array().cloned().unwrap_or_default();
+                let op = if add { "add" } else { "remove" };
+                assert!(ops.iter().any(|o| o["op"] == op), "request {i}: {body}");
+                assert!(body.to_string().contains(FINALIZER) || !add, "request {i}: {body}");
+                respond(send, &serde_json::to_value(&source).unwrap_or_default());
+            }
             Expect::Apply { path: want, check } => {
                 assert_eq!((&method, path.as_str()), (&Method::PATCH, want.as_str()), "request {i}");
                 assert!(
@@ -288,8 +343,22 @@ async fn run(
     queue: Result<QueueAttributes, QueueError>,
     create_hash: Option<String>,
 ) -> (Action, Vec<Value>) {
+    let source = held(source);
+    let mut expects = expectations(&scenario, create_hash);
+    if !matches!(scenario, Scenario::Deletion) {
+        expects.insert(0, Expect::Read(Some(serde_json::to_value(&source).unwrap_or_default())));
+    }
+    run_expecting(source, queue, expects).await
+}
+
+/// Runs one reconcile of `source` (as the cache holds it) against exactly `expects`.
+async fn run_expecting(
+    source: SqsSource,
+    queue: Result<QueueAttributes, QueueError>,
+    expects: Vec<Expect>,
+) -> (Action, Vec<Value>) {
     let (ctx, handle) = context(queue);
-    let verifier = tokio::spawn(verify(handle, source.clone(), expectations(&scenario, create_hash)));
+    let verifier = tokio::spawn(verify(handle, source.clone(), expects));
     let object = Arc::new(DeserializeGuard(Ok(source)));
     let action = tokio::time::timeout(STEP * 4, reconcile(object, ctx)).await;
     let Ok(Ok(action)) = action else {
@@ -324,7 +393,7 @@ async fn create_applies_children_and_reports_ready() {
     let (action, bodies) =
         run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 8);
+    assert_eq!(bodies.len(), 9, "the read, six children, an event, the status");
 }
 
 #[tokio::test]
@@ -333,7 +402,7 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     let source = after_create(&created);
     let (action, bodies) = run(Scenario::NoOp, source, healthy_queue(), Some(hash_of(&created))).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 6, "no event and no status write");
+    assert_eq!(bodies.len(), 7, "the read and the six children: no event and no status write");
 }
 
 #[tokio::test]
@@ -363,13 +432,75 @@ async fn a_missing_queue_is_a_condition_and_a_sooner_retry() {
 }
 
 #[tokio::test]
-async fn a_deleted_source_is_left_to_the_garbage_collector() {
-    let mut source = fixtures::source(fixtures::BASIC);
-    source.metadata.deletion_timestamp =
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+async fn a_deleted_source_only_releases_its_finalizer_to_the_garbage_collector() {
+    let source = deleting(fixtures::source(fixtures::BASIC));
     let (action, bodies) = run(Scenario::Deletion, source, healthy_queue(), None).await;
     assert_eq!(action, Action::await_change());
-    assert!(bodies.is_empty());
+    assert_eq!(bodies.len(), 1, "one patch, no child, no status, no event");
+}
+
+#[tokio::test]
+async fn a_new_source_first_gets_the_finalizer_and_nothing_else() {
+    let source = fixtures::source(fixtures::BASIC);
+    let (action, bodies) =
+        run_expecting(source, healthy_queue(), vec![Expect::Finalizer { add: true }]).await;
+    assert_eq!(action, Action::await_change());
+    assert_eq!(bodies.len(), 1);
+}
+
+/// The cache still shows a live source, but the API server no longer has it (deleted while the
+/// operator was behind, e.g. after an API server restart), has another object of that name, or
+/// has it being deleted: no child is applied, nothing is written, no Warning is published.
+#[tokio::test]
+async fn a_stale_cache_never_brings_children_back() {
+    let cached = held(fixtures::source(fixtures::BASIC));
+    let mut replaced = cached.clone();
+    replaced.metadata.uid = Some("6f1c2a1e-0000-4000-8000-000000000002".into());
+    let answers = [
+        ("removed", None),
+        ("replaced by a namesake", Some(serde_json::to_value(&replaced).unwrap_or_default())),
+        ("being deleted", Some(serde_json::to_value(deleting(cached.clone())).unwrap_or_default())),
+    ];
+    for (case, answer) in answers {
+        let (action, bodies) =
+            run_expecting(cached.clone(), healthy_queue(), vec![Expect::Read(answer)]).await;
+        assert_eq!(action, Action::await_change(), "{case}");
+        assert!(bodies.iter().all(Value::is_null), "{case}: only the read was made");
+    }
+}
+
+/// The source disappears between the read and the status write: that is the end of it, not a
+/// `ReconcileFailed` Warning.
+#[tokio::test]
+async fn a_source_removed_mid_reconcile_is_not_a_failure() {
+    let source = held(fixtures::source(fixtures::BASIC));
+    let (ctx, mut handle) = context(healthy_queue());
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let quiet = Duration::from_millis(500);
+        while let Ok(Some((request, send))) = tokio::time::timeout(quiet, handle.next_request()).await {
+            let method = request.method().clone();
+            let path = request.uri().path().to_owned();
+            let body = body_json(request).await;
+            seen.push(format!("{method} {path} {}", body["reason"].as_str().unwrap_or_default()));
+            if method == Method::GET {
+                respond(
+                    send,
+                    &serde_json::to_value(held(fixtures::source(fixtures::BASIC))).unwrap_or_default(),
+                );
+            } else if path.ends_with("/status") {
+                not_found(send);
+            } else {
+                respond(send, &body);
+            }
+        }
+        seen
+    });
+    let action = reconcile(Arc::new(DeserializeGuard(Ok(source))), ctx).await;
+    assert!(matches!(action, Ok(ref a) if *a == Action::await_change()), "{action:?}");
+    let seen = server.await.unwrap_or_default();
+    assert!(seen.last().is_some_and(|r| r.ends_with("/status ")), "{seen:#?}");
+    assert!(seen.iter().all(|r| !r.contains("ReconcileFailed")), "{seen:#?}");
 }
 
 #[tokio::test]

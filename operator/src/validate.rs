@@ -106,8 +106,13 @@ fn check_schema(source: &SqsSource, name: &str, namespace: &str, problems: &mut 
     let Err(error) = sluice_crds::validate::validate_source_value(&value) else {
         return;
     };
+    let self_loop_reported = problems.iter().any(|p| p.reason == SELF_LOOP);
     for violation in error.violations() {
         if problems.iter().any(|p| !violation.path.is_empty() && p.field == violation.path) {
+            continue;
+        }
+        // The CEL rules' plain-URL case of what `self_loops` already named, field by field.
+        if self_loop_reported && violation.message.contains("one of the source's own queues") {
             continue;
         }
         let reason = if violation.rule.is_some() { "RuleViolated" } else { "SchemaViolated" };
@@ -385,7 +390,14 @@ fn check_sinks(source: &SqsSource, problems: &mut Vec<Problem>) {
     if let Some(dead) = &spec.dead_letter_sink {
         check_sink("spec.deadLetterSink", dead, problems);
     }
+    // Every spelling of the source's own queue, not only the equal URLs the CEL rules compare.
+    for found in sluice_crds::validate::self_loops(spec) {
+        problems.push(Problem::new(SELF_LOOP, found.field.clone(), found.message()));
+    }
 }
+
+/// Reason of a sink that forwards into one of the source's own queues.
+const SELF_LOOP: &str = "SinkIsSourceQueue";
 
 fn check_scaling(source: &SqsSource, problems: &mut Vec<Problem>) {
     let s = &source.spec.scaling;

@@ -128,3 +128,65 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
         );
     }
 }
+
+/// Adds an sqs sink and an sqs dead-letter sink, both to `url`.
+fn forward(s: &mut SqsSource, url: &str, endpoint: Option<&str>) {
+    let sink: sluice_crds::SinkSpec = serde_json::from_value(serde_json::json!({
+        "name": "forward",
+        "sqs": { "queueUrl": url, "endpoint": endpoint },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    s.spec.sinks.push(sink.clone());
+    s.spec.dead_letter_sink = Some(sluice_crds::SinkSpec { name: "dead".into(), ..sink });
+}
+
+/// A sink or dead-letter sink that is one of the source's own queues, in each form a user can
+/// write it: the same URL (the CEL rule's case too, reported once), a queue given by name and
+/// region, another spelling of the URL, and an endpoint override.
+#[test]
+fn each_self_loop_form_is_refused_naming_the_field() {
+    type Edit = fn(&mut SqsSource);
+    let cases: Vec<(&str, Edit)> = vec![
+        ("same url", |s| forward(s, "https://sqs.us-east-1.amazonaws.com/123456789012/orders", None)),
+        ("name and region", |s| {
+            s.spec.queues[0].url = None;
+            s.spec.queues[0].name = Some("orders".into());
+            s.spec.queues[0].region = Some("us-east-1".into());
+            forward(s, "https://sqs.us-east-1.amazonaws.com/123456789012/orders", None);
+        }),
+        ("legacy host", |s| forward(s, "https://queue.amazonaws.com/123456789012/orders", None)),
+        ("endpoint override", |s| {
+            s.spec.queues[0].url = Some("http://127.0.0.1:4566/queue/us-east-1/000000000000/orders".into());
+            s.spec.queues[0].endpoint = Some("http://127.0.0.1:4566".into());
+            forward(s, "http://127.0.0.1:4566/000000000000/orders", Some("http://127.0.0.1:4566/"));
+        }),
+    ];
+    for (case, edit) in cases {
+        let mut source = fixtures::source(fixtures::BASIC);
+        edit(&mut source);
+        let Err(problems) = validate(&source, Some("img")) else { panic!("{case}: accepted") };
+        let loops: Vec<(&str, &str)> = problems
+            .iter()
+            .filter(|p| p.message.contains("own queues") || p.reason == "SinkIsSourceQueue")
+            .map(|p| (p.reason, p.field.as_str()))
+            .collect();
+        assert_eq!(
+            loops,
+            vec![
+                ("SinkIsSourceQueue", "spec.sinks[1].sqs.queueUrl"),
+                ("SinkIsSourceQueue", "spec.deadLetterSink.sqs.queueUrl")
+            ],
+            "{case}: {problems:#?}"
+        );
+        let first = problems.iter().find(|p| p.reason == "SinkIsSourceQueue").map(|p| p.message.clone());
+        assert!(
+            first.is_some_and(|m| m
+                .starts_with("spec.sinks[1].sqs.queueUrl is queue orders of this source (spec.queues[0])")),
+            "{case}"
+        );
+    }
+    // Another queue of the same account is fine.
+    let mut source = fixtures::source(fixtures::BASIC);
+    forward(&mut source, "https://sqs.us-east-1.amazonaws.com/123456789012/orders-out", None);
+    assert!(validate(&source, Some("img")).is_ok());
+}

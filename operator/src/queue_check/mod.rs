@@ -5,8 +5,11 @@
 //! attributes; every judgement about them is pure (`checks.rs`) and table-tested. A failed call
 //! becomes a condition on that source and a shorter requeue, never a reconcile error.
 
+pub mod aws_error;
 pub mod checks;
+pub mod s3;
 pub mod sqs;
+pub mod targets;
 
 use futures::future::BoxFuture;
 use sluice_crds::{Credentials, QueueRef, SqsSourceSpec};
@@ -37,8 +40,9 @@ pub enum QueueError {
     Unavailable(String),
 }
 
-/// Fetches a queue's attributes. Implementations must not panic and should bound their time.
-pub trait QueueInspector: Send + Sync {
+/// Fetches a queue's attributes, and checks the other targets a source names. Implementations
+/// must not panic and should bound their time.
+pub trait QueueInspector: targets::TargetInspector + Send + Sync {
     fn inspect<'a>(&'a self, queue: &'a QueueRef) -> BoxFuture<'a, Result<QueueAttributes, QueueError>>;
 
     /// The same with the identity a source's credentials name (`crate::identity`); by default the

@@ -20,6 +20,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sluice_crds::QueueRef;
 
+use super::aws_error::describe;
+use super::s3::Buckets;
+use super::targets::{Target, TargetInspector, TargetKind};
 use super::{QueueAttributes, QueueError, QueueInspector};
 
 /// Upper bound on one AWS call.
@@ -32,12 +35,13 @@ type ClientKey = (Option<String>, Option<String>);
 pub struct SqsInspector {
     base: aws_config::SdkConfig,
     clients: Arc<Mutex<HashMap<ClientKey, Client>>>,
+    buckets: Buckets,
 }
 
 impl SqsInspector {
     /// `base` is the operator's AWS configuration (the default chain).
     pub fn new(base: aws_config::SdkConfig) -> Self {
-        Self { base, clients: Arc::default() }
+        Self { buckets: Buckets::new(base.clone()), base, clients: Arc::default() }
     }
 
     /// The AWS configuration the clients are built from (the identity they sign with).
@@ -75,7 +79,7 @@ impl SqsInspector {
                     if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
                         QueueError::DoesNotExist
                     } else {
-                        classify(&e)
+                        classify("GetQueueUrl", &e)
                     }
                 })?;
                 out.queue_url()
@@ -90,11 +94,37 @@ impl SqsInspector {
             if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
                 QueueError::DoesNotExist
             } else {
-                classify(&e)
+                classify("GetQueueAttributes", &e)
             }
         })?;
         let empty = HashMap::new();
         Ok(parse_attributes(url, out.attributes().unwrap_or(&empty)))
+    }
+}
+
+impl TargetInspector for SqsInspector {
+    fn check<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), QueueError>> {
+        async move {
+            match target.kind {
+                TargetKind::Bucket => self.buckets.head(target).await,
+                TargetKind::Queue => {
+                    let client = self.client(target.endpoint.as_deref(), target.region.as_deref());
+                    let call = client
+                        .get_queue_attributes()
+                        .queue_url(&target.name)
+                        .attribute_names(QueueAttributeName::QueueArn)
+                        .send();
+                    bounded(call).await?.map(|_| ()).map_err(|e| {
+                        if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
+                            QueueError::DoesNotExist
+                        } else {
+                            classify("GetQueueAttributes", &e)
+                        }
+                    })
+                }
+            }
+        }
+        .boxed()
     }
 }
 
@@ -104,26 +134,34 @@ impl QueueInspector for SqsInspector {
     }
 }
 
-async fn bounded<T>(call: impl Future<Output = T>) -> Result<T, QueueError> {
+pub(super) async fn bounded<T>(call: impl Future<Output = T>) -> Result<T, QueueError> {
     tokio::time::timeout(CALL_TIMEOUT, call)
         .await
-        .map_err(|_| QueueError::Unavailable(format!("no answer from SQS within {CALL_TIMEOUT:?}")))
+        .map_err(|_| QueueError::Unavailable(format!("no answer within {} s", CALL_TIMEOUT.as_secs())))
 }
 
-/// Sorts an SDK error into "not there", "not allowed" and "try again".
-fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-    e: &SdkError<E, R>,
-) -> QueueError {
-    let text = aws_sdk_sqs::error::DisplayErrorContext(e).to_string();
+/// Sorts an SDK error into "not there", "not allowed" and "try again", with one line of text.
+pub fn classify<E, R>(operation: &str, e: &SdkError<E, R>) -> QueueError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    let text = describe(operation, e);
     match e.code() {
-        Some(code) if code.contains("NonExistentQueue") || code.contains("QueueDoesNotExist") => {
+        Some(code)
+            if code.contains("NonExistentQueue")
+                || code.contains("QueueDoesNotExist")
+                || code == "NoSuchBucket"
+                || code == "NotFound" =>
+        {
             QueueError::DoesNotExist
         }
         Some(code)
             if code.contains("AccessDenied")
                 || code.contains("InvalidClientTokenId")
                 || code.contains("SignatureDoesNotMatch")
-                || code.contains("UnrecognizedClient") =>
+                || code.contains("UnrecognizedClient")
+                || code == "Forbidden" =>
         {
             QueueError::Denied(text)
         }

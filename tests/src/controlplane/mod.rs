@@ -45,8 +45,10 @@
 //! - strategic merge patch is approximated (maps merge, name-keyed lists merge, `$patch` directives are
 //!   ignored), and server-side apply tracks ownership per map key with lists atomic; `Update` operations
 //!   record no managed fields;
-//! - the garbage collector runs synchronously; foreground deletion has no `foregroundDeletion` finalizer
-//!   phase, and `blockOwnerDeletion` is ignored;
+//! - the garbage collector runs synchronously (after a removal, and after a create or an update that
+//!   leaves an object whose owner references all name absent uids, as the real collector eventually
+//!   does); foreground deletion has no `foregroundDeletion` finalizer phase, and `blockOwnerDeletion`
+//!   is ignored;
 //! - no controllers at all (Deployments do not create ReplicaSets or Pods: the [`crate::kubelet`] runner
 //!   plays that part), no scheduling, no `exec`/`logs`/`port-forward`, no aggregation, no protobuf, no HTTP/2
 //!   or TLS.

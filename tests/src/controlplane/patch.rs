@@ -1,6 +1,9 @@
 //! The patch flavours the API accepts, applied to JSON values.
 //!
-//! Merge patch (RFC 7386) and JSON patch (RFC 6902) are exact, via the `json-patch` crate. Strategic merge
+//! Merge patch (RFC 7386) and JSON patch (RFC 6902) are exact, via the `json-patch` crate, but for one
+//! rule of the API server's JSON patch library that clients rely on: a `test` for `null` passes on a
+//! path that does not exist (kube-runtime's finalizer helper adds the first finalizer with
+//! `test /metadata/finalizers null` then `add`). Strategic merge
 //! is approximated: maps merge like a merge patch, lists whose elements all carry a `name` (containers,
 //! env, volumes, ports) merge element-wise by name, and every other list is replaced. The real thing reads
 //! per-field `patchMergeKey`/`patchStrategy` tags from the Go types and honours `$patch`/`$retainKeys`
@@ -59,7 +62,18 @@ pub fn apply_patch(kind: &PatchKind, target: &mut Value, patch: &Value) -> Resul
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(target, &ops.0).map_err(|e| ApiError::invalid_patch(&e.to_string()))
+            // A missing path tests equal to null, as in the API server (see the module doc).
+            let ops: Vec<_> = ops
+                .0
+                .into_iter()
+                .filter(|op| match op {
+                    json_patch::PatchOperation::Test(t) => {
+                        !(t.value.is_null() && target.pointer(t.path.as_str()).is_none())
+                    }
+                    _ => true,
+                })
+                .collect();
+            json_patch::patch(target, &ops).map_err(|e| ApiError::invalid_patch(&e.to_string()))
         }
         PatchKind::Apply { .. } => Err(ApiError::bad_request("apply is handled by the store")),
     }
@@ -153,6 +167,9 @@ mod tests {
         let ops = json!([{"op": "add", "path": "/spec/c", "value": 5}, {"op": "test", "path": "/spec/c", "value": 5}]);
         apply_patch(&PatchKind::Json, &mut o, &ops).unwrap();
         assert_eq!(o["spec"]["c"], 5);
+        let absent_is_null = json!([{"op": "test", "path": "/spec/none", "value": null}, {"op": "add", "path": "/spec/none", "value": [1]}]);
+        apply_patch(&PatchKind::Json, &mut o, &absent_is_null).unwrap();
+        assert_eq!(o["spec"]["none"], json!([1]));
         let failing = json!([{"op": "test", "path": "/spec/c", "value": 6}]);
         assert_eq!(apply_patch(&PatchKind::Json, &mut o, &failing).unwrap_err().code, 422);
     }

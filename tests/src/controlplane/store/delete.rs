@@ -3,7 +3,10 @@
 //! Kubernetes deletes in two steps when finalizers are present (set `deletionTimestamp`, wait for the
 //! finalizers to be removed) and lets a separate garbage collector delete dependents whose owners are
 //! all gone. Here the collector runs synchronously after every removal, so a test sees children vanish
-//! as soon as the owner does. Propagation is approximated: `Foreground` deletes dependents before the
+//! as soon as the owner does. The real collector also deletes an object that is written with owner
+//! references none of which exists (a controller applying children of a source that was deleted a
+//! moment before, from a stale cache): that happens here right after such a create or update, so the
+//! orphan is seen as ADDED then DELETED, as a watcher of a real cluster would see it. Propagation is approximated: `Foreground` deletes dependents before the
 //! owner (without the `foregroundDeletion` finalizer dance), `Background` deletes them right after,
 //! `Orphan` strips the owner's reference from them.
 
@@ -120,6 +123,18 @@ impl Store {
             }
         }
         present(rt, &last)
+    }
+
+    /// Collects `obj` (just written) and its dependents if it names owners and none of them exists.
+    pub(super) fn collect_if_orphan(&mut self, obj: &Value) {
+        let owners = owner_uids(obj);
+        if owners.is_empty() {
+            return;
+        }
+        let present = |uid: &str| self.all().any(|(_, _, o)| meta_str(o, "uid") == Some(uid));
+        if !owners.iter().any(|u| present(u)) {
+            self.collect_garbage();
+        }
     }
 
     /// Deletes every object whose owners are all gone, until none is left (each pass removes or marks

@@ -169,7 +169,9 @@ impl Store {
         if is_crd(rt) {
             self.registry.register_crd(&obj).map_err(|m| invalid(rt, &name, "spec", &m))?;
         }
-        Ok(self.put_and_record(rt, ns, &name, obj, EventType::Added))
+        let created = self.put_and_record(rt, ns, &name, obj, EventType::Added);
+        self.collect_if_orphan(&created);
+        Ok(created)
     }
 
     /// Fills the status a real server's controllers would set at once (CRDs become Established,

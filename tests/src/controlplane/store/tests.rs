@@ -173,6 +173,43 @@ fn deleting_an_owner_collects_dependents_recursively() {
 }
 
 #[test]
+fn an_object_written_with_only_absent_owners_is_collected_as_a_real_collector_would() {
+    let mut s = Store::new(100);
+    let c = rt(&s, "", "v1", "configmaps");
+    let owner = s.create(&c, "default", cm("o")).unwrap();
+    let live = meta_str(&owner, "uid").unwrap().to_owned();
+    let owned = |name: &str, uids: &[&str]| {
+        let refs: Vec<Value> = uids.iter().map(|u| json!({"uid": u, "name": "o", "kind": "X"})).collect();
+        json!({"metadata": {"name": name, "ownerReferences": refs}})
+    };
+    let before = s.resource_version();
+    let created = s.create(&c, "default", owned("late", &["gone-uid"])).unwrap();
+    assert_eq!(created["metadata"]["name"], "late", "the create itself succeeds");
+    assert_eq!(s.get(&c, "default", "late").unwrap_err().code, 404);
+    let seen: Vec<_> = s
+        .history()
+        .after(before)
+        .unwrap()
+        .map(|e| (e.kind, meta_str(&e.object, "name").map(str::to_owned)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(EventType::Added, Some("late".into())), (EventType::Deleted, Some("late".into()))]
+    );
+
+    // One live owner among absent ones keeps the object, as in Kubernetes.
+    s.create(&c, "default", owned("shared", &["gone-uid", &live])).unwrap();
+    assert!(s.get(&c, "default", "shared").is_ok());
+
+    // An update that points every reference at an absent owner collects it too.
+    s.create(&c, "default", owned("moved", &[&live])).unwrap();
+    let dangling = json!([{"op": "replace", "path": "/metadata/ownerReferences/0/uid", "value": "gone-uid"}]);
+    s.patch(&c, "default", "moved", &PatchKind::Json, &dangling, Subresource::Main).unwrap();
+    assert_eq!(s.get(&c, "default", "moved").unwrap_err().code, 404);
+    assert!(s.get(&c, "default", "o").is_ok());
+}
+
+#[test]
 fn orphan_propagation_keeps_dependents() {
     let mut s = Store::new(100);
     let c = rt(&s, "", "v1", "configmaps");

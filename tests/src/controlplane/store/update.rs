@@ -129,7 +129,13 @@ impl Store {
             self.collect_garbage();
             return Ok(gone);
         }
-        Ok(self.put_and_record(rt, ns, name, merged, EventType::Modified))
+        let owners_changed =
+            old.pointer("/metadata/ownerReferences") != merged.pointer("/metadata/ownerReferences");
+        let stored = self.put_and_record(rt, ns, name, merged, EventType::Modified);
+        if owners_changed {
+            self.collect_if_orphan(&stored);
+        }
+        Ok(stored)
     }
 }
 

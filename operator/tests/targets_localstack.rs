@@ -1,0 +1,121 @@
+//! The operator's target checks against LocalStack: every sqs sink queue, dead-letter queue and
+//! s3 bucket a source names is looked up for real, and each missing or unreachable one becomes a
+//! one-line problem naming its field (no SDK Debug dump), which `TargetsReachable` carries.
+//!
+//! Needs LocalStack (SQS and S3) at `SLUICE_LOCALSTACK_ENDPOINT` (default http://127.0.0.1:4566),
+//! as the workspace test command provides.
+
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
+use sluice_crds::SqsSourceSpec;
+use sluice_operator::conditions::{Outcome, TARGETS_REACHABLE, compute};
+use sluice_operator::queue_check::QueueError;
+use sluice_operator::queue_check::sqs::SqsInspector;
+use sluice_operator::queue_check::targets::check_all;
+
+fn endpoint() -> String {
+    std::env::var("SLUICE_LOCALSTACK_ENDPOINT")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:4566".to_owned())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+fn aws() -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "test", "test", None, None, "test",
+        )))
+        .build()
+}
+
+fn suffix() -> String {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{}-{nanos}", std::process::id())
+}
+
+#[tokio::test]
+async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() {
+    let endpoint = endpoint();
+    let base = aws();
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&base).endpoint_url(&endpoint).build(),
+    );
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&base).endpoint_url(&endpoint).force_path_style(true).build(),
+    );
+    let name = format!("targets-{}", suffix());
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .expect("LocalStack answers CreateQueue")
+        .queue_url()
+        .expect("a queue url")
+        .to_owned();
+    s3.create_bucket().bucket(&name).send().await.expect("LocalStack answers CreateBucket");
+    let missing_queue = queue_url.replace(&name, &format!("{name}-gone"));
+
+    let spec: SqsSourceSpec = serde_json::from_value(serde_json::json!({
+        "queues": [{ "url": queue_url.replace(&name, "source"), "endpoint": endpoint }],
+        "sinks": [
+            { "name": "copy", "sqs": { "queueUrl": queue_url, "endpoint": endpoint } },
+            { "name": "lost", "sqs": { "queueUrl": missing_queue, "endpoint": endpoint } },
+            { "name": "archive", "s3": { "bucket": name, "endpoint": endpoint } },
+            { "name": "nowhere", "s3": { "bucket": format!("{name}-gone"), "endpoint": endpoint } },
+            { "name": "down", "sqs": { "queueUrl": "http://127.0.0.1:9/queue/us-east-1/000000000000/q", "endpoint": "http://127.0.0.1:9" } },
+        ],
+        "deadLetterSink": { "name": "dead", "sqs": { "queueUrl": missing_queue, "endpoint": endpoint } },
+    }))
+    .expect("a spec");
+
+    let inspector = SqsInspector::new(base);
+    let seen = check_all(&inspector, &spec).await;
+    let results: Vec<(&str, Result<(), String>)> = seen
+        .iter()
+        .map(|o| {
+            let kind = match &o.result {
+                Ok(()) => Ok(()),
+                Err(QueueError::DoesNotExist) => Err("missing".to_owned()),
+                Err(QueueError::Denied(_)) => Err("denied".to_owned()),
+                Err(QueueError::Unavailable(_)) => Err("unavailable".to_owned()),
+            };
+            (o.target.field.as_str(), kind)
+        })
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("spec.sinks[0].sqs.queueUrl", Ok(())),
+            ("spec.sinks[1].sqs.queueUrl", Err("missing".into())),
+            ("spec.sinks[2].s3.bucket", Ok(())),
+            ("spec.sinks[3].s3.bucket", Err("missing".into())),
+            ("spec.sinks[4].sqs.queueUrl", Err("unavailable".into())),
+            ("spec.deadLetterSink.sqs.queueUrl", Err("missing".into())),
+        ]
+    );
+    for o in &seen {
+        let Some(problem) = o.problem() else { continue };
+        println!("{problem}");
+        assert!(problem.starts_with(&o.target.field), "{problem}");
+        assert!(!problem.contains('{') && !problem.contains('\n') && problem.len() < 300, "{problem}");
+    }
+    let down = seen[4].problem().unwrap_or_default();
+    assert!(down.contains("GetQueueAttributes could not reach the endpoint"), "{down}");
+
+    let deployment = k8s_openapi::api::apps::v1::Deployment::default();
+    let computed =
+        compute(Outcome::Applied { spec: &spec, queues: &[], targets: &seen, deployment: &deployment });
+    let verdict = computed.verdicts.iter().find(|v| v.type_ == TARGETS_REACHABLE).expect("TargetsReachable");
+    assert_eq!((verdict.status, verdict.reason.as_str()), ("False", "TargetDoesNotExist"));
+    assert!(verdict.message.contains("spec.deadLetterSink.sqs.queueUrl: queue"), "{}", verdict.message);
+    let ready = computed.verdicts.iter().find(|v| v.type_ == "Ready").expect("Ready");
+    assert_eq!((ready.status, ready.reason.as_str()), ("False", "TargetDoesNotExist"));
+
+    sqs.delete_queue().queue_url(&queue_url).send().await.expect("DeleteQueue");
+    s3.delete_bucket().bucket(&name).send().await.expect("DeleteBucket");
+}

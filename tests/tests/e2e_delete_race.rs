@@ -1,0 +1,313 @@
+//! Deleting a source while its reader works through a backlog, many times in a row, as separate
+//! processes: LocalStack, the local control plane with its process runner, the real operator, and a
+//! real reader per replica.
+//!
+//! What must hold after every delete: within 10 s, no child object of the source (Deployment,
+//! ConfigMaps, ServiceAccount, Role, RoleBinding) and no reader process (terminating ones included).
+//! And stronger, because the control plane's garbage collector removes a child written for an owner
+//! that is already gone right after the write (as a real cluster's does): the operator must never
+//! write such a child at all. A watch over every child kind records each object's first appearance;
+//! the control plane's resourceVersions are one global counter, so a child that first appears after
+//! its owner's DELETED event is caught even if the collector removed it a moment later.
+//!
+//! To make the race likely, every round touches the source (a label change, which starts a
+//! reconcile) and deletes it a few milliseconds later, while the reader is delivering.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use sluice_crds::SqsSource;
+use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::system::System;
+
+const ROUNDS: usize = 20;
+/// How long after a delete everything must be gone.
+const CLEAN_WITHIN: Duration = Duration::from_secs(10);
+/// Backlog kept in the queue: topped up to this before a round when it ran low.
+const BACKLOG: usize = 2000;
+const LOW_WATER: u64 = 500;
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+}
+
+/// One reader, fixed (so the autoscaler never writes), a short grace period so a reader that is
+/// told to stop is gone within the bound even with messages in hand (the reader's drain is not
+/// what this test measures), and a `round` label that the touch before the delete changes.
+fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str, touch: &str) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: SqsSource
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    touch: "{touch}"
+spec:
+  queues:
+    - url: {url}
+      endpoint: {endpoint}
+  receive:
+    pollers: 2
+    waitTimeSeconds: 1
+    visibilityTimeoutSeconds: 5
+  sinks:
+    - name: webhook
+      http:
+        url: {sink}
+        timeoutMs: 2000
+  scaling:
+    minReplicas: 1
+    maxReplicas: 1
+    pollIntervalSeconds: 1
+  reader:
+    logLevel: info
+    terminationGracePeriodSeconds: 5
+"#,
+        url = queue.url
+    )
+}
+
+/// One object as a watch first showed it.
+#[derive(Debug, Clone)]
+struct Sighting {
+    kind: &'static str,
+    name: String,
+    owners: Vec<String>,
+    rv: u64,
+}
+
+/// What the watches saw: each child's first appearance (by uid) and each source's removal.
+#[derive(Default)]
+struct Seen {
+    first: HashMap<String, Sighting>,
+    /// Source uid -> resourceVersion of its DELETED event.
+    removed: HashMap<String, u64>,
+}
+
+fn rv_of<K: Resource>(object: &K) -> u64 {
+    object.meta().resource_version.as_deref().and_then(|rv| rv.parse().ok()).unwrap_or(0)
+}
+
+/// The watch events of one kind, as (kind, deleted?, object's uid, sighting).
+fn watch<K>(client: kube::Client, kind: &'static str) -> impl Stream<Item = (bool, String, Sighting)> + Send
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(client, "default");
+    watcher(api, watcher::Config::default()).default_backoff().filter_map(move |event| async move {
+        let (deleted, object) = match event.ok()? {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (false, o),
+            watcher::Event::Delete(o) => (true, o),
+            watcher::Event::Init | watcher::Event::InitDone => return None,
+        };
+        let owners = object.owner_references().iter().map(|r| r.uid.clone()).collect();
+        let sighting = Sighting { kind, name: object.name_any(), owners, rv: rv_of(&object) };
+        Some((deleted, object.uid().unwrap_or_default(), sighting))
+    })
+}
+
+/// Watches the sources and every child kind until the returned task is aborted.
+fn start_watching(client: &kube::Client) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let streams = futures::stream::select_all([
+        watch::<SqsSource>(client.clone(), "SqsSource").boxed(),
+        watch::<Deployment>(client.clone(), "Deployment").boxed(),
+        watch::<ConfigMap>(client.clone(), "ConfigMap").boxed(),
+        watch::<ServiceAccount>(client.clone(), "ServiceAccount").boxed(),
+        watch::<Role>(client.clone(), "Role").boxed(),
+        watch::<RoleBinding>(client.clone(), "RoleBinding").boxed(),
+    ]);
+    let record = seen.clone();
+    let task = tokio::spawn(streams.for_each(move |(deleted, uid, sighting)| {
+        let mut s = record.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sighting.kind == "SqsSource" {
+            if deleted {
+                s.removed.insert(uid, sighting.rv);
+            }
+        } else {
+            s.first.entry(uid).or_insert(sighting);
+        }
+        async {}
+    }));
+    (seen, task)
+}
+
+/// Children that first appeared after their owning source had been removed.
+fn resurrections(seen: &Seen) -> Vec<Sighting> {
+    let mut late: Vec<Sighting> = seen
+        .first
+        .values()
+        .filter(|s| {
+            !s.owners.is_empty()
+                && s.owners.iter().all(|owner| seen.removed.get(owner).is_some_and(|gone| s.rv > *gone))
+        })
+        .cloned()
+        .collect();
+    late.sort_by_key(|s| s.rv);
+    late
+}
+
+/// What is left of source `name` (uid `uid`): child objects and reader processes.
+async fn leftovers(system: &System, name: &str, uid: &str) -> Result<Vec<String>> {
+    let client = &system.client;
+    let selector = ListParams::default().labels(&format!("sluice.dev/source={name}"));
+    let mut left = Vec::new();
+    async fn named<K>(
+        client: &kube::Client,
+        selector: &ListParams,
+        uid: &str,
+        kind: &str,
+        out: &mut Vec<String>,
+    ) -> Result<()>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), "default");
+        let by_label = api.list(selector).await?.items;
+        let by_owner = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|o| o.owner_references().iter().any(|r| r.uid == uid));
+        let mut names: Vec<String> =
+            by_label.into_iter().chain(by_owner).map(|o| format!("{kind}/{}", o.name_any())).collect();
+        names.dedup();
+        out.extend(names);
+        Ok(())
+    }
+    named::<Deployment>(client, &selector, uid, "Deployment", &mut left).await?;
+    named::<ConfigMap>(client, &selector, uid, "ConfigMap", &mut left).await?;
+    named::<ServiceAccount>(client, &selector, uid, "ServiceAccount", &mut left).await?;
+    named::<Role>(client, &selector, uid, "Role", &mut left).await?;
+    named::<RoleBinding>(client, &selector, uid, "RoleBinding", &mut left).await?;
+    if system.reader_deployment(name).await?.is_some() {
+        left.push(format!("Deployment/{name}-reader"));
+    }
+    let deployment = format!("{name}-reader");
+    for p in system.reader_processes().into_iter().filter(|p| p.deployment == deployment && p.pid.is_some()) {
+        left.push(format!("process {} (pid {:?}, terminating {})", p.name, p.pid, p.terminating));
+    }
+    left.sort();
+    left.dedup();
+    Ok(left)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_reader() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let sqs = sqs_client(&endpoint);
+    let options = QueueOptions { visibility_timeout: Some(5), ..QueueOptions::default() };
+    let queue = TestQueue::create_with(&sqs, "e2e-delete", false, &options).await?;
+    queue.send_batch(BACKLOG).await?;
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-delete-race");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut system = System::start(&bin_dir(), &dir).await?;
+    system.start_operator()?;
+    let (seen, watching) = start_watching(&system.client);
+    let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), "default");
+
+    let mut clean_after = Vec::new();
+    for round in 0..ROUNDS {
+        if queue.approximate_counts().await?.visible < LOW_WATER {
+            queue.send_batch(BACKLOG).await?;
+        }
+        let name = format!("race-{round}");
+        let created = system.apply_source(&source_yaml(&name, &queue, &endpoint, &sink.url(), "a")).await?;
+        let uid = created.uid().unwrap_or_default();
+        system.wait_ready_readers(&name, 1, Duration::from_secs(60)).await?;
+        let delivered = sink.stats().accepted;
+        let start = Instant::now();
+        while sink.stats().accepted == delivered {
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("{name}: the reader delivered nothing within 30 s; logs under {}", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Start a reconcile, then delete while it may still be applying.
+        system.apply_source(&source_yaml(&name, &queue, &endpoint, &sink.url(), "b")).await?;
+        tokio::time::sleep(Duration::from_millis((round as u64 * 7) % 60)).await;
+        system.delete_source(&name).await?;
+        let deleted_at = Instant::now();
+        loop {
+            let source_gone = sources.get_opt(&name).await?.is_none();
+            let left = leftovers(&system, &name, &uid).await?;
+            if source_gone && left.is_empty() {
+                break;
+            }
+            if deleted_at.elapsed() > CLEAN_WITHIN {
+                bail!(
+                    "round {round}: {:?} after deleting {name}: source gone {source_gone}, left {left:?}; logs under {}",
+                    CLEAN_WITHIN,
+                    dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        clean_after.push(deleted_at.elapsed());
+    }
+    // A late write would show up here even after the collector removed it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = resurrections(&seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    watching.abort();
+    let mut millis: Vec<u128> = clean_after.iter().map(Duration::as_millis).collect();
+    millis.sort_unstable();
+    let stats = sink.stats();
+    println!(
+        "{ROUNDS} deletes during a backlog: clean after median {} ms, max {} ms; children written after their source was gone: {}; sink accepted {} ({} distinct)",
+        millis[millis.len() / 2],
+        millis[millis.len() - 1],
+        late.len(),
+        stats.accepted,
+        stats.distinct,
+    );
+    let by_kind: BTreeMap<&str, usize> = late.iter().fold(BTreeMap::new(), |mut m, s| {
+        *m.entry(s.kind).or_default() += 1;
+        m
+    });
+    let names: Vec<String> = late.iter().map(|s| format!("{}/{} (rv {})", s.kind, s.name, s.rv)).collect();
+    assert!(late.is_empty(), "children written for a source already gone: {by_kind:?}: {names:?}");
+    for round in 0..ROUNDS {
+        let left = leftovers(&system, &format!("race-{round}"), "").await?;
+        assert!(left.is_empty(), "race-{round}: {left:?}");
+    }
+    // A delete is not a failure: no `ReconcileFailed ... not found` Warning about any source.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(system.client.clone(), "default");
+    let failed: Vec<String> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ReconcileFailed"))
+        .map(|e| e.note.unwrap_or_default())
+        .collect();
+    println!("ReconcileFailed events: {}", failed.len());
+    assert!(failed.is_empty(), "deletes reported as failures: {failed:?}");
+
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
