@@ -1,4 +1,4 @@
-//! The checkpoint coordinator task (DESIGN.md section 3; `crds/src/checkpoint/PROTOCOL.md`).
+//! The checkpoint coordinator task (DESIGN.md section 3; `protocol/PROTOCOL.md`).
 //!
 //! Why a task of its own and not a branch of `reconcile`: commits must keep coming at the pace of
 //! the checkpoint interval whether or not any SqsSource changed, and a slow reconcile must not

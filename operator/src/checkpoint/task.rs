@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
@@ -17,7 +17,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use sluice_crds::checkpoint::coordinator::Action;
-use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name};
+use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, now_ms};
 use sluice_crds::{Guarantee, SqsSource};
 use tokio_util::sync::CancellationToken;
 
@@ -95,9 +95,6 @@ async fn coordinate(client: Client, metrics: Metrics, shutdown: CancellationToke
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
-}
 
 async fn tick(
     client: &Client,

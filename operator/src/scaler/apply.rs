@@ -1,4 +1,5 @@
-//! What the scaler writes, as server-side-apply bodies that name only the scaler's own fields.
+//! What the scaler writes: bodies that name only the scaler's own fields (server-side applies, and
+//! a merge patch for the Deployment's replicas).
 //!
 //! Why SSA with a field manager of its own (`sluice-scaler`): the reconciler applies the reader
 //! Deployment without `spec.replicas`, the scaler applies nothing but `spec.replicas`, and the API
@@ -10,16 +11,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 use sluice_crds::QueueFigures;
 
-use crate::names::{checkpoint_name, reader_name};
+use crate::names::checkpoint_name;
 
-/// The Deployment apply: `spec.replicas` and nothing else.
-pub fn deployment_replicas(source: &str, replicas: i32) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": { "name": reader_name(source) },
-        "spec": { "replicas": replicas },
-    })
+/// The Deployment's replicas, as a merge patch and not an apply: a patch of a Deployment that is
+/// gone fails with 404, where an apply would create one. The source (and with it the Deployment) may
+/// be deleted between the scaler's read and this write; an apply would then leave behind an
+/// ownerless Deployment holding nothing but replicas. The scaler's field manager still owns
+/// `spec.replicas` (an Update entry), which the reconciler's applies never name.
+pub fn deployment_replicas(replicas: i32) -> Value {
+    json!({ "spec": { "replicas": replicas } })
 }
 
 /// The checkpoint ConfigMap apply: data key `replicas`, which readers divide the source-wide rate
@@ -89,15 +89,10 @@ mod tests {
     }
 
     #[test]
-    fn deployment_apply_names_only_replicas() {
+    fn deployment_patch_names_only_replicas() {
         assert_eq!(
-            deployment_replicas("orders", 7),
-            json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": { "name": "orders-reader" },
-                "spec": { "replicas": 7 },
-            })
+            deployment_replicas(7),
+            json!({ "spec": { "replicas": 7 } })
         );
     }
 

@@ -43,7 +43,7 @@ pub struct Context {
 pub enum TickError {
     #[error("cannot read the queue: {0}")]
     Queue(#[from] AttributesError),
-    #[error("kubernetes api: {0}")]
+    #[error("{}", crate::error::kube_line(.0))]
     Kube(#[from] kube::Error),
     #[error("the SqsSource has no namespace or uid yet")]
     Incomplete,
@@ -115,9 +115,9 @@ pub async fn tick(
         if up && publish {
             publish_replicas(ctx, source, state, decision.desired).await?;
         }
-        let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
-        let body = apply::deployment_replicas(&name, decision.desired);
-        deployments.patch(&reader_name(&name), &params, &Patch::Apply(&body)).await?;
+        let params = PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
+        let body = apply::deployment_replicas(decision.desired);
+        deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
         if !up && publish {
             publish_replicas(ctx, source, state, decision.desired).await?;
         }
@@ -201,6 +201,11 @@ pub async fn run_source(
                 tracing::debug!(source = %key, "reader deployment not there yet");
             }
             Ok(Tick::Decided { .. }) => {}
+            // The source or its Deployment went away between the watch and this tick: the loop
+            // ends once the store drops the source; nothing failed.
+            Err(TickError::Kube(kube::Error::Api(status))) if status.code == 404 => {
+                tracing::debug!(source = %key, "source or reader deployment gone");
+            }
             Err(error) => {
                 ctx.metrics.poll_failed(&source_labels);
                 tracing::warn!(source = %key, %error, "no scaling decision this interval");
