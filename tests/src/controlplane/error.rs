@@ -94,6 +94,11 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message.into())
     }
 
+    /// 413: the request body is larger than the server reads.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+    }
+
     /// 415: a patch content type the server does not know.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(

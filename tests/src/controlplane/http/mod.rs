@@ -7,7 +7,9 @@
 
 pub mod auth;
 pub mod discovery;
+mod jsonpath;
 pub mod path;
+mod table;
 mod watch;
 
 use std::collections::HashMap;
@@ -16,6 +18,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -81,9 +85,13 @@ impl Shared {
     }
 }
 
+/// Largest request body the API server reads (its `MaxRequestBodyBytes` default, 3 MiB); a larger one
+/// is refused with a 413 Status, which is what kubectl reports for an oversized apply.
+pub const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+
 /// The router serving the API.
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new().fallback(handle).with_state(shared)
+    Router::new().fallback(handle).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)).with_state(shared)
 }
 
 type Params = HashMap<String, String>;
@@ -94,8 +102,15 @@ async fn handle(
     uri: Uri,
     Query(params): Query<Params>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error_response(&ApiError::too_large(MAX_REQUEST_BYTES));
+        }
+        Err(e) => return error_response(&ApiError::bad_request(format!("reading the request body: {e}"))),
+    };
     let user = match shared.tokens.authenticate(&headers) {
         Ok(user) => user,
         Err(e) => return error_response(&e),
@@ -187,9 +202,15 @@ fn resource(
         Some(other) => return Err(ApiError::not_found(&format!("{}/{other}", rt.qualified_name()), "")),
     };
     let Some(name) = p.name.as_deref() else {
-        return collection(shared, user, method, &rt, p.namespace.as_deref(), params, body);
+        return collection(shared, user, method, &rt, p.namespace.as_deref(), params, headers, body);
     };
     match *method {
+        Method::GET if sub == Subresource::Main && table::wanted(headers) => {
+            let store = shared.store();
+            let obj = store.get(&rt, ns, name)?;
+            let include = params.get("includeObject").map(String::as_str);
+            ok(table::render(&rt, store.crd_of(&rt), &[obj], store.resource_version(), include))
+        }
         Method::GET => ok(shared.store().get(&rt, ns, name)?),
         Method::PUT => ok(shared.write_as(user, |s| s.replace(&rt, ns, name, parse_body(body)?, sub))?),
         Method::PATCH => {
@@ -215,6 +236,7 @@ fn collection(
     rt: &ResourceType,
     ns: Option<&str>,
     params: &Params,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
     let selectors = Selectors::parse(
@@ -225,6 +247,12 @@ fn collection(
     match *method {
         Method::GET if params.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             Ok(Reply::Watch(Box::new(watch::WatchRequest::from_params(rt.clone(), ns, selectors, params)?)))
+        }
+        Method::GET if table::wanted(headers) => {
+            let store = shared.store();
+            let (items, rv) = store.list(rt, ns, &selectors);
+            let include = params.get("includeObject").map(String::as_str);
+            ok(table::render(rt, store.crd_of(rt), &items, rv, include))
         }
         Method::GET => {
             let (items, rv) = shared.store().list(rt, ns, &selectors);

@@ -26,6 +26,7 @@ use super::error::{ApiError, Cause, Result};
 use super::registry::{Registry, ResourceType};
 use super::selector::Selectors;
 use super::validate::{ValidateFn, Validators};
+use super::{names, schema};
 
 /// `(group, plural)`: one stored resource, whatever version it is read through.
 type TypeKey = (String, String);
@@ -128,6 +129,7 @@ impl Store {
                 _ => return Err(invalid(rt, "", "metadata.name", "name or generateName is required")),
             },
         };
+        names::check(rt, &name).map_err(|cause| ApiError::invalid(&rt.kind, &name, vec![cause]))?;
         let ns = if rt.namespaced { ns } else { "" };
         if rt.namespaced && ns.is_empty() {
             return Err(ApiError::bad_request("a namespace is required for namespaced resources"));
@@ -164,6 +166,7 @@ impl Store {
             m.remove("status");
         }
         self.initial_status(rt, &mut obj)?;
+        self.shape(rt, &mut obj);
         self.validate(rt, &obj, &name)?;
         self.admit(Operation::Create, rt, Subresource::Main, ns, &name, Some(&obj), None)?;
         if is_crd(rt) {
@@ -186,6 +189,21 @@ impl Store {
             obj["status"] = json!({"phase": "Active"});
         }
         Ok(())
+    }
+
+    /// Defaults and prunes a custom resource by its CRD's structural schema, as the API server does
+    /// before validation.
+    fn shape(&self, rt: &ResourceType, obj: &mut Value) {
+        if let Some(s) = self.crd_of(rt).and_then(|crd| schema::of_version(crd, &rt.version)) {
+            schema::default_and_prune(s, obj);
+        }
+    }
+
+    /// The CustomResourceDefinition that registered `rt`, if it is a custom resource.
+    pub fn crd_of(&self, rt: &ResourceType) -> Option<&Value> {
+        let crd_key = ("apiextensions.k8s.io".to_owned(), "customresourcedefinitions".to_owned());
+        let crd_name = format!("{}.{}", rt.plural, rt.group);
+        self.objects.get(&crd_key).and_then(|m| m.get(&(String::new(), crd_name)))
     }
 
     fn validate(&self, rt: &ResourceType, obj: &Value, name: &str) -> Result<()> {

@@ -111,6 +111,7 @@ impl Store {
         };
         merged["apiVersion"] = old["apiVersion"].clone();
         merged["kind"] = old["kind"].clone();
+        self.shape(rt, &mut merged);
         if content(rt, &old) != content(rt, &merged) {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             meta_mut(&mut merged).insert("generation".into(), json!(generation + 1));
