@@ -54,6 +54,7 @@
 pub mod admission;
 pub mod clock;
 pub mod error;
+pub mod events;
 pub mod fields;
 pub mod http;
 pub mod kubeconfig;

@@ -121,6 +121,7 @@ impl ApiError {
             reason: "Invalid",
             message: format!("the patch could not be applied: {message}"),
             causes: Vec::new(),
+            subject: None,
         }
     }
 }

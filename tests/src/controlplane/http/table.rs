@@ -28,6 +28,8 @@ enum Cell {
     Name,
     Age,
     Path(String),
+    /// A `date` printer column: the API server sends the age (`5m10s`), not the timestamp.
+    AgeAt(String),
     Computed(fn(&Value) -> Value),
 }
 
@@ -57,8 +59,7 @@ fn columns(rt: &ResourceType, crd: Option<&Value>) -> Vec<Column> {
             .and_then(|v| v.get("additionalPrinterColumns"))
             .and_then(Value::as_array);
         let Some(printer) = printer else {
-            let created = ".metadata.creationTimestamp".to_owned();
-            return vec![name(), column("Age", "date", "", Cell::Path(created))];
+            return vec![name(), age()];
         };
         let text = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
         let custom = printer.iter().map(|c| Column {
@@ -66,7 +67,11 @@ fn columns(rt: &ResourceType, crd: Option<&Value>) -> Vec<Column> {
             kind: text(c, "type"),
             description: text(c, "description"),
             priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-            cell: Cell::Path(text(c, "jsonPath")),
+            cell: if text(c, "type") == "date" {
+                Cell::AgeAt(text(c, "jsonPath"))
+            } else {
+                Cell::Path(text(c, "jsonPath"))
+            },
         });
         return std::iter::once(name()).chain(custom).collect();
     }
@@ -141,6 +146,10 @@ fn cell(cell: &Cell, obj: &Value) -> Value {
         Cell::Name => obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null),
         Cell::Age => age_of(obj.pointer("/metadata/creationTimestamp")),
         Cell::Computed(f) => f(obj),
+        Cell::AgeAt(p) => match jsonpath::select(obj, p).first() {
+            Some(found) => age_of(Some(found)),
+            None => Value::Null,
+        },
         Cell::Path(p) => {
             let found = jsonpath::select(obj, p);
             match found.as_slice() {

@@ -20,7 +20,7 @@ use super::Shared;
 use crate::controlplane::error::ApiError;
 use crate::controlplane::registry::ResourceType;
 use crate::controlplane::selector::Selectors;
-use crate::controlplane::store::Store;
+use crate::controlplane::store::{Store, present, type_key};
 
 /// Default and maximum `timeoutSeconds` (the API server's `--min-request-timeout` is 1800).
 const MAX_TIMEOUT_SECS: u64 = 1800;
@@ -73,8 +73,9 @@ impl WatchRequest {
     }
 
     fn wants(&self, group: &str, plural: &str, obj: &Value) -> bool {
-        group == self.rt.group
-            && plural == self.rt.plural
+        let (own_group, own_plural) = type_key(&self.rt);
+        group == own_group
+            && plural == own_plural
             && self.namespace.as_deref().is_none_or(|ns| {
                 obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("") == ns
             })
@@ -82,10 +83,7 @@ impl WatchRequest {
     }
 
     fn present(&self, obj: &Value) -> Value {
-        let mut o = obj.clone();
-        o["apiVersion"] = json!(self.rt.api_version());
-        o["kind"] = json!(self.rt.kind);
-        o
+        present(&self.rt, obj)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Value {

@@ -26,10 +26,10 @@ use super::error::{ApiError, Cause, Result};
 use super::registry::{Registry, ResourceType};
 use super::selector::Selectors;
 use super::validate::{ValidateFn, Validators};
-use super::{names, schema};
+use super::{events, names, schema};
 
 /// `(group, plural)`: one stored resource, whatever version it is read through.
-type TypeKey = (String, String);
+pub type TypeKey = (String, String);
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 type ObjKey = (String, String);
 
@@ -118,7 +118,8 @@ impl Store {
 
     /// Creates an object (`POST`). The namespace in the URL wins; the name comes from `metadata.name` or
     /// `metadata.generateName`.
-    pub fn create(&mut self, rt: &ResourceType, ns: &str, mut obj: Value) -> Result<Value> {
+    pub fn create(&mut self, rt: &ResourceType, ns: &str, obj: Value) -> Result<Value> {
+        let mut obj = if events::is_events_view(rt) { events::to_core(obj) } else { obj };
         if !obj.is_object() {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
@@ -238,7 +239,12 @@ impl Store {
     }
 }
 
-fn type_key(rt: &ResourceType) -> TypeKey {
+/// Where objects of `rt` are kept (and which watch events concern it): the events.k8s.io view shares
+/// the core events.
+pub fn type_key(rt: &ResourceType) -> TypeKey {
+    if events::is_events_view(rt) {
+        return (String::new(), rt.plural.clone());
+    }
     (rt.group.clone(), rt.plural.clone())
 }
 
@@ -256,9 +262,9 @@ fn stored_versions(crd: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The object as served through `rt` (its `apiVersion` and `kind`).
-fn present(rt: &ResourceType, obj: &Value) -> Value {
-    let mut out = obj.clone();
+/// The object as served through `rt` (its `apiVersion` and `kind`, and the events.k8s.io shape).
+pub fn present(rt: &ResourceType, obj: &Value) -> Value {
+    let mut out = if events::is_events_view(rt) { events::to_view(obj.clone()) } else { obj.clone() };
     out["apiVersion"] = json!(rt.api_version());
     out["kind"] = json!(rt.kind);
     out
