@@ -26,7 +26,7 @@ readonly WORK=.sluice/demo
 # The binaries cargo builds: honour CARGO_TARGET_DIR like cargo does.
 readonly BIN="${CARGO_TARGET_DIR:-target}/debug"
 
-seconds=75 count=4000 rate=1000 replicas=0:4 example=deploy/examples/minimal-http.yaml standalone=no
+seconds=45 count=4000 rate=1000 replicas=0:4 example=deploy/examples/minimal-http.yaml standalone=no
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;

@@ -216,7 +216,7 @@ async fn source_status(name: &str, namespace: &str) -> Result<String> {
         );
     // The autoscaler's last decision and why, as the operator wrote it into status.
     let scaled = match (&status.last_scale_time, &status.last_scale_reason) {
-        (Some(at), Some(why)) => format!("  last scale {at}: {why}"),
+        (Some(at), Some(why)) => format!("  scaled at {}: {why}", at.get(11..19).unwrap_or(at)),
         _ => String::new(),
     };
     Ok(format!(

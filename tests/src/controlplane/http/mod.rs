@@ -220,7 +220,14 @@ fn resource(
         Some(other) => return Err(ApiError::not_found(&format!("{}/{other}", rt.qualified_name()), "")),
     };
     let Some(name) = p.name.as_deref() else {
-        return collection(shared, user, method, &rt, p.namespace.as_deref(), params, headers, body);
+        let ns = p.namespace.as_deref();
+        if *method == Method::GET && table::wanted(headers) && !is_watch(params) {
+            let store = shared.store();
+            let (items, rv) = store.list(&rt, ns, &selectors(params)?);
+            let include = params.get("includeObject").map(String::as_str);
+            return ok(table::render(&rt, store.crd_of(&rt), &items, rv, include));
+        }
+        return collection(shared, user, method, &rt, ns, params, body);
     };
     match *method {
         Method::GET if sub == Subresource::Main && table::wanted(headers) => {
@@ -259,23 +266,12 @@ fn collection(
     rt: &ResourceType,
     ns: Option<&str>,
     params: &Params,
-    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
-    let selectors = Selectors::parse(
-        params.get("labelSelector").map(String::as_str),
-        params.get("fieldSelector").map(String::as_str),
-    )
-    .map_err(ApiError::bad_request)?;
+    let selectors = selectors(params)?;
     match *method {
-        Method::GET if params.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+        Method::GET if is_watch(params) => {
             Ok(Reply::Watch(Box::new(watch::WatchRequest::from_params(rt.clone(), ns, selectors, params)?)))
-        }
-        Method::GET if table::wanted(headers) => {
-            let store = shared.store();
-            let (items, rv) = store.list(rt, ns, &selectors);
-            let include = params.get("includeObject").map(String::as_str);
-            ok(table::render(rt, store.crd_of(rt), &items, rv, include))
         }
         Method::GET => {
             let (items, rv) = shared.store().list(rt, ns, &selectors);
@@ -308,6 +304,18 @@ fn collection(
         }
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported on a collection"))),
     }
+}
+
+fn selectors(params: &Params) -> Result<Selectors, ApiError> {
+    Selectors::parse(
+        params.get("labelSelector").map(String::as_str),
+        params.get("fieldSelector").map(String::as_str),
+    )
+    .map_err(ApiError::bad_request)
+}
+
+fn is_watch(params: &Params) -> bool {
+    params.get("watch").is_some_and(|w| w == "true" || w == "1")
 }
 
 fn list_json(rt: &ResourceType, items: Vec<Value>, rv: u64) -> Value {
