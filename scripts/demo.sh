@@ -175,7 +175,7 @@ say "while it runs, from another shell (kubectl against the local control plane)
 cat <<EOF
   export KUBECONFIG=$KUBECONFIG
   kubectl get sqss                       # printer columns: guarantee, replicas, backlog, ready...
-  kubectl describe sqss $source_name     # conditions and the operator's events (ScaledUp, ScaledDown...)
+  kubectl describe sqss $source_name   # conditions and the operator's events (ScaledUp, ScaledDown...)
   kubectl get events                     # the same events, core/v1 view
   kubectl get pods                       # one pod per reader process the runner started
   kubectl logs <pod>                     # a reader's log
