@@ -175,6 +175,12 @@ async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Re
     std::fs::write(&typo, source_yaml("orders", &queue, &endpoint, &sink.url(), "  sinkz: []\n"))?;
     let refused = kubectl.refused(&["apply", "-f", typo.to_str().unwrap_or_default()], None)?;
     assert!(refused.contains(r#"strict decoding error: unknown field "spec.sinkz""#), "{refused}");
+    // A body over the API server's 3 MiB limit: a Status kubectl can word, not a bare 413.
+    let big = dir.join("big.txt");
+    std::fs::write(&big, "a".repeat(4 * 1024 * 1024))?;
+    let from_file = format!("--from-file={}", big.display());
+    let refused = kubectl.refused(&["create", "configmap", "big", &from_file], None)?;
+    assert!(refused.contains("Request entity too large: limit is 3145728"), "{refused}");
 
     drop(system);
     sink.stop().await?;
