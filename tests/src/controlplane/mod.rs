@@ -45,10 +45,9 @@
 //!   for Namespaces and Services, path segment for RBAC), but not generateName's prefix length rules;
 //! - namespaces are not required to exist, and deleting a namespace does not delete its contents;
 //! - list `limit`/`continue` paging (everything comes in one page), `resourceVersion`/
-//!   `resourceVersionMatch` on lists (always the latest state); `Table` output is served for gets and
-//!   lists (a CRD's printer columns; the usual columns of pods, deployments, configmaps, events and
-//!   namespaces; Name and Created At for other kinds) but not for watches (`kubectl get -w` prints the
-//!   first table, then nothing useful);
+//!   `resourceVersionMatch` on lists (always the latest state); `Table` output (gets, lists and
+//!   watches) has a CRD's printer columns and the usual columns of pods, deployments, configmaps,
+//!   events and namespaces, but only Name and Created At for other built-in kinds;
 //! - protobuf and CBOR bodies (415): kubectl's imperative commands that send protobuf for built-in
 //!   types (`kubectl create deployment`, `kubectl scale`) fail; `kubectl apply` (validation on),
 //!   `patch`, `get`, `describe`, `explain`, `logs`, `delete` work;

@@ -221,7 +221,12 @@ fn resource(
     };
     let Some(name) = p.name.as_deref() else {
         let ns = p.namespace.as_deref();
-        if *method == Method::GET && table::wanted(headers) && !is_watch(params) {
+        if *method == Method::GET && table::wanted(headers) && is_watch(params) {
+            let include = params.get("includeObject").map(String::as_str);
+            let req = watch::WatchRequest::from_params(rt.clone(), ns, selectors(params)?, params)?;
+            return Ok(Reply::Watch(Box::new(req.in_tables(include))));
+        }
+        if *method == Method::GET && table::wanted(headers) {
             let store = shared.store();
             let (items, rv) = store.list(&rt, ns, &selectors(params)?);
             let include = params.get("includeObject").map(String::as_str);

@@ -6,6 +6,7 @@
 //! turns into ages); built-in kinds get the columns a cluster prints for them (pods, deployments,
 //! configmaps, events, namespaces) and any other kind the API server's default, Name and Created At.
 //! Rows carry the object as `PartialObjectMetadata` unless `includeObject` says `Object` or `None`.
+//! A watch asked for as a Table sends each event's object as a one-row Table (`kubectl get -w`).
 
 use axum::http::{HeaderMap, header};
 use k8s_openapi::jiff::Timestamp;
