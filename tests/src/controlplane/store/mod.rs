@@ -173,7 +173,15 @@ impl Store {
         if is_crd(rt) {
             self.registry.register_crd(&obj).map_err(|m| invalid(rt, &name, "spec", &m))?;
         }
-        Ok(self.put_and_record(rt, ns, &name, obj, EventType::Added))
+        let owned =
+            obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|o| !o.is_empty());
+        let created = self.put_and_record(rt, ns, &name, obj, EventType::Added);
+        // An object created for an owner that is already gone (a controller acting on a stale cache)
+        // is collected, as the garbage collector does on a cluster.
+        if owned {
+            self.collect_garbage();
+        }
+        Ok(created)
     }
 
     /// Fills the status a real server's controllers would set at once (CRDs become Established,

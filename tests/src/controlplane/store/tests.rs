@@ -173,6 +173,24 @@ fn deleting_an_owner_collects_dependents_recursively() {
 }
 
 #[test]
+fn an_object_created_for_a_gone_owner_is_collected() {
+    let mut s = Store::new(100);
+    let d = rt(&s, "apps", "v1", "deployments");
+    let owner = s.create(&d, "default", deploy("d")).unwrap();
+    let uid = meta_str(&owner, "uid").unwrap().to_owned();
+    s.delete(&d, "default", "d", Propagation::Background, None).unwrap();
+    // A controller acting on a stale cache re-creates a child of the deleted owner.
+    let late = json!({"metadata": {"name": "late", "ownerReferences": [{"uid": uid, "name": "d"}]}});
+    s.create(
+        &d,
+        "default",
+        json!({"metadata": late["metadata"].clone(), "spec": deploy("x")["spec"].clone()}),
+    )
+    .unwrap();
+    assert_eq!(s.get(&d, "default", "late").unwrap_err().code, 404);
+}
+
+#[test]
 fn orphan_propagation_keeps_dependents() {
     let mut s = Store::new(100);
     let c = rt(&s, "", "v1", "configmaps");
