@@ -10,9 +10,13 @@
 # creates a fresh queue, starts a CloudEvents sink (`sluice-dev sink-server`), the local control plane
 # with its process runner (`sluice-localcp --kubelet`), installs the CRD, applies the example SqsSource
 # pointed at the queue and the sink (`sluice-dev apply`, server-side apply; no kubectl needed), starts
-# `sluice-operator`, sends numbered messages, and prints one line a second: messages delivered at the sink,
-# queue depth, reader processes running, the SqsSource's Ready condition and replicas. After N seconds or
-# Ctrl-C it stops everything it started, by PID. --standalone runs one `sluice-reader --source` instead
+# `sluice-operator`, sends a burst of numbered messages, and prints one line a second: messages delivered at
+# the sink, queue depth, reader processes running, the SqsSource's Ready condition and replicas, and the
+# autoscaler's last decision with its reason. The default burst (4000 messages at up to 1000/s, readers
+# 0..4) is more than one reader drains in the demo's time, so the operator scales up, drains the queue,
+# scales down and then to zero; the demo says at the end whether it saw that. It prints kubectl commands
+# that work against the local control plane while it runs. After N seconds or Ctrl-C it stops everything
+# it started, by PID. --standalone runs one `sluice-reader --source` instead
 # (no control plane, no operator). Logs: .sluice/demo/.
 set -euo pipefail
 
@@ -22,7 +26,7 @@ readonly WORK=.sluice/demo
 # The binaries cargo builds: honour CARGO_TARGET_DIR like cargo does.
 readonly BIN="${CARGO_TARGET_DIR:-target}/debug"
 
-seconds=60 count=2000 rate=100 replicas=1:3 example=deploy/examples/minimal-http.yaml standalone=no
+seconds=45 count=4000 rate=1000 replicas=0:4 example=deploy/examples/minimal-http.yaml standalone=no
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -31,7 +35,7 @@ while (($#)); do
     --replicas) replicas="$2"; shift 2 ;;
     --example) example="$2"; shift 2 ;;
     --standalone) standalone=yes; shift ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -167,10 +171,23 @@ setsid env RUST_LOG=info "$BIN/sluice-operator" --leader-election off --admin-ad
   --reader-image sluice:local >"$WORK/operator.log" 2>&1 &
 operator_pid=$!
 
+say "while it runs, from another shell (kubectl against the local control plane):"
+cat <<EOF
+  export KUBECONFIG=$KUBECONFIG
+  kubectl get sqss                       # printer columns: guarantee, replicas, backlog, ready...
+  kubectl describe sqss $source_name   # conditions and the operator's events (ScaledUp, ScaledDown...)
+  kubectl get events                     # the same events, core/v1 view
+  kubectl get pods                       # one pod per reader process the runner started
+  kubectl logs <pod>                     # a reader's log
+  kubectl explain sqssource.spec.scaling
+EOF
+
 say "sending $count messages at $rate/s; running for ${seconds}s (Ctrl-C stops earlier)"
 "$BIN/sluice-dev" send "$queue_url" --count "$count" --rate "$rate" >"$WORK/send.log" 2>&1 &
 sender_pid=$!
 start=$SECONDS end=$((SECONDS + seconds))
+# What the autoscaler did, from the desired replicas in each progress line.
+peak=0 last_desired="${replicas%%:*}" scaled_up=no scaled_down=no
 while ((SECONDS < end)); do
   sleep 0.4 # the three look-ups below take about half a second
   for pid in "$localcp_pid" "$operator_pid"; do
@@ -186,7 +203,15 @@ while ((SECONDS < end)); do
   status="$("$BIN/sluice-dev" source-status "$source_name" --pods "$WORK/localcp/pods.json" 2>/dev/null \
     || echo 'status=?')"
   printf '%4ss  sink: %-30s  queue: %-34s  %s\n' "$((SECONDS - start))" "${delivered:-accepted=0}" "$depth" "$status"
+  if [[ "$status" =~ desired=([0-9]+) ]]; then
+    desired="${BASH_REMATCH[1]}"
+    if [[ -n "$last_desired" ]] && ((desired > last_desired)); then scaled_up=yes; fi
+    if [[ -n "$last_desired" ]] && ((desired < last_desired)); then scaled_down=yes; fi
+    if ((desired > peak)); then peak=$desired; fi
+    last_desired=$desired
+  fi
 done
+say "autoscaler: scaled up: $scaled_up (peak $peak replicas); scaled down: $scaled_down (now ${last_desired:-?})"
 say "first events at the sink"
 grep -m3 '^event ' "$WORK/sink.log" || true
 grep -h '^sent ' "$WORK/send.log" || true

@@ -214,8 +214,13 @@ async fn source_status(name: &str, namespace: &str) -> Result<String> {
             || "-".to_owned(),
             |s| format!("{}/{}", s.ready_replicas.unwrap_or(0), s.replicas.unwrap_or(0)),
         );
+    // The autoscaler's last decision and why, as the operator wrote it into status.
+    let scaled = match (&status.last_scale_time, &status.last_scale_reason) {
+        (Some(at), Some(why)) => format!("  scaled at {}: {why}", at.get(11..19).unwrap_or(at)),
+        _ => String::new(),
+    };
     Ok(format!(
-        "Ready={ready} replicas={}/{} desired={} deployment={deployment}",
+        "Ready={ready} replicas={}/{} desired={} deployment={deployment}{scaled}",
         status.ready_replicas,
         status.replicas,
         status.desired_replicas.map_or_else(|| "-".to_owned(), |d| d.to_string()),
@@ -319,6 +324,7 @@ fn set_scaling(source: &mut Value, replicas: &str) -> Result<()> {
     scaling.insert("maxReplicas".into(), max.into());
     scaling.insert("pollIntervalSeconds".into(), 2.into());
     scaling.insert("scaleDownStabilizationSeconds".into(), 10.into());
+    scaling.insert("idleCooldownSeconds".into(), 10.into());
     spec["scaling"] = Value::Mapping(scaling);
     Ok(())
 }

@@ -68,6 +68,7 @@ async fn main() -> Result<()> {
         addr: SocketAddr::from(([127, 0, 0, 1], args.port)),
         history: args.history,
         bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
+        pod_log_dir: args.kubelet.then(|| kubelet::Config::in_dir(&args.state_dir).log_dir),
     };
     let cp = ControlPlane::start(config).await.context("starting the control plane")?;
     if !args.no_validation {

@@ -27,6 +27,18 @@ pub struct ApiError {
     pub message: String,
     /// `Status.details.causes`.
     pub causes: Vec<Cause>,
+    /// `Status.details.kind` and `.name`: kubectl words an `Invalid` error from them ("The SqsSource
+    /// "x" is invalid: …").
+    pub subject: Option<Subject>,
+}
+
+/// The object an error is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// Kind, such as `SqsSource`.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
 }
 
 /// Result of a store operation.
@@ -34,7 +46,7 @@ pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: String) -> Self {
-        Self { code, reason, message, causes: Vec::new() }
+        Self { code, reason, message, causes: Vec::new(), subject: None }
     }
 
     /// 404: the object (or resource type) does not exist.
@@ -76,6 +88,7 @@ impl ApiError {
         let list: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
         let mut e = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {}", list.join(", ")));
         e.causes = causes;
+        e.subject = Some(Subject { kind: kind.to_owned(), name: name.to_owned() });
         e
     }
 
@@ -94,6 +107,11 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message.into())
     }
 
+    /// 413: the request body is larger than the server reads.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+    }
+
     /// 415: a patch content type the server does not know.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
@@ -108,8 +126,13 @@ impl ApiError {
         let causes: Vec<Value> = self
             .causes
             .iter()
-            .map(|c| json!({"type": "FieldValueInvalid", "field": c.field, "message": c.message}))
+            .map(|c| json!({"reason": "FieldValueInvalid", "field": c.field, "message": c.message}))
             .collect();
+        let mut details = json!({"causes": causes});
+        if let Some(subject) = &self.subject {
+            details["kind"] = json!(subject.kind);
+            details["name"] = json!(subject.name);
+        }
         json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -117,7 +140,7 @@ impl ApiError {
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "details": {"causes": causes},
+            "details": details,
             "code": self.code,
         })
     }

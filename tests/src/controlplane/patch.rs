@@ -135,6 +135,7 @@ impl ApiError {
             reason: "Invalid",
             message: format!("the patch could not be applied: {message}"),
             causes: Vec::new(),
+            subject: None,
         }
     }
 }

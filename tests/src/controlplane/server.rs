@@ -5,7 +5,7 @@
 //! graceful shutdown does not wait for their timeouts.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,9 @@ pub struct Config {
     pub history: usize,
     /// Period of watch bookmarks.
     pub bookmark_interval: Duration,
+    /// Where the process runner writes each pod's output as `<pod>.log`, served as the pods' `log`
+    /// subresource (`kubectl logs`); `None` answers 404 as for a pod on no node.
+    pub pod_log_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -34,6 +37,7 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             history: DEFAULT_HISTORY,
             bookmark_interval: Duration::from_secs(10),
+            pod_log_dir: None,
         }
     }
 }
@@ -56,8 +60,9 @@ impl ControlPlane {
         }
         let listener = TcpListener::bind(config.addr).await?;
         let addr = listener.local_addr()?;
-        let shared =
-            Arc::new(Shared::new(Store::new(config.history), config.bookmark_interval, addr.to_string()));
+        let mut shared = Shared::new(Store::new(config.history), config.bookmark_interval, addr.to_string());
+        shared.pod_log_dir = config.pod_log_dir;
+        let shared = Arc::new(shared);
         let app = router(Arc::clone(&shared));
         let stop = shared.shutdown.clone();
         let task = tokio::spawn(async move {

@@ -65,7 +65,13 @@ pub fn evaluate(policies: &[Value], bindings: &[Value], request: &Request<'_>) -
 fn bind(request: &Request<'_>) -> Result<Activation> {
     let null = Value::Null;
     Activation::new(request.object.unwrap_or(&null), request.old_object.unwrap_or(&null), &request.variable())
-        .map_err(|e| ApiError { code: 500, reason: "InternalError", message: e, causes: Vec::new() })
+        .map_err(|e| ApiError {
+            code: 500,
+            reason: "InternalError",
+            message: e,
+            causes: Vec::new(),
+            subject: None,
+        })
 }
 
 /// Why a policy refuses a request.
@@ -136,5 +142,6 @@ fn denied(request: &Request<'_>, reason: &str, message: String) -> ApiError {
             request.name
         ),
         causes: vec![Cause { field: String::new(), message }],
+        subject: None,
     }
 }

@@ -44,6 +44,7 @@ impl Tokens {
             reason: "Unauthorized",
             message: "Unauthorized: the bearer token is not one this control plane issued".to_owned(),
             causes: Vec::new(),
+            subject: None,
         })
     }
 
@@ -70,6 +71,7 @@ impl Tokens {
                     caller.username
                 ),
                 causes: Vec::new(),
+                subject: None,
             });
         }
         let rt = store

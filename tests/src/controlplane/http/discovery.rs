@@ -62,9 +62,3 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}))
 }
-
-/// `/openapi/v3`: an index with no schemas. kubectl still falls back to `/openapi/v2` (protobuf, not
-/// served) for client-side validation, so kubectl needs `--validate=false` against this server.
-pub fn openapi_v3_index() -> Value {
-    json!({"paths": {}})
-}

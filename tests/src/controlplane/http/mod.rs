@@ -7,7 +7,10 @@
 
 pub mod auth;
 pub mod discovery;
+mod jsonpath;
+pub mod openapi;
 pub mod path;
+mod table;
 mod watch;
 
 use std::collections::HashMap;
@@ -16,6 +19,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +47,8 @@ pub struct Shared {
     pub address: String,
     /// Bearer tokens issued through TokenRequests, and their users.
     pub tokens: auth::Tokens,
+    /// The process runner's pod logs (`<pod>.log`), for the `log` subresource.
+    pub pod_log_dir: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -55,6 +62,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             address,
             tokens: auth::Tokens::default(),
+            pod_log_dir: None,
         }
     }
 
@@ -81,9 +89,13 @@ impl Shared {
     }
 }
 
+/// Largest request body the API server reads (its `MaxRequestBodyBytes` default, 3 MiB); a larger one
+/// is refused with a 413 Status, which is what kubectl reports for an oversized apply.
+pub const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+
 /// The router serving the API.
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new().fallback(handle).with_state(shared)
+    Router::new().fallback(handle).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)).with_state(shared)
 }
 
 type Params = HashMap<String, String>;
@@ -94,14 +106,22 @@ async fn handle(
     uri: Uri,
     Query(params): Query<Params>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error_response(&ApiError::too_large(MAX_REQUEST_BYTES));
+        }
+        Err(e) => return error_response(&ApiError::bad_request(format!("reading the request body: {e}"))),
+    };
     let user = match shared.tokens.authenticate(&headers) {
         Ok(user) => user,
         Err(e) => return error_response(&e),
     };
     match route(&shared, &user, &method, uri.path(), &params, &headers, &body) {
         Ok(Reply::Json(code, v)) => (code, axum::Json(v)).into_response(),
+        Ok(Reply::Text(text)) => ([(header::CONTENT_TYPE, "text/plain")], text).into_response(),
         Ok(Reply::Watch(w)) => watch::respond(shared, *w),
         Err(e) => error_response(&e),
     }
@@ -110,6 +130,8 @@ async fn handle(
 /// What a request produced.
 enum Reply {
     Json(StatusCode, Value),
+    /// A pod's log.
+    Text(String),
     Watch(Box<watch::WatchRequest>),
 }
 
@@ -139,7 +161,13 @@ fn route(
     }
     match path::parse(path) {
         Route::Version => ok(discovery::version()),
-        Route::OpenApiV3 => ok(discovery::openapi_v3_index()),
+        Route::OpenApiV3 => ok(openapi::v3_index(&shared.store())),
+        Route::OpenApiV3Document { group, version } => {
+            openapi::v3_document(&shared.store(), &group, &version)
+                .ok_or_else(not_found)
+                .map(Reply::from_json)
+        }
+        Route::OpenApiV2 => ok(openapi::v2_document(&shared.store())),
         Route::Health => Ok(Reply::Json(StatusCode::OK, json!("ok"))),
         Route::CoreVersions => ok(discovery::core_versions(&shared.address)),
         Route::Groups => ok(discovery::groups(shared.store().registry())),
@@ -184,20 +212,48 @@ fn resource(
             let issued = shared.tokens.issue(&shared.store(), user, ns, name, &parse_body(body)?)?;
             return Ok(Reply::Json(StatusCode::CREATED, issued));
         }
+        Some("log") if rt.group.is_empty() && rt.plural == "pods" && *method == Method::GET => {
+            let name = p.name.as_deref().unwrap_or_default();
+            shared.store().get(&rt, ns, name)?;
+            return pod_log(shared.pod_log_dir.as_deref(), name, params).map(Reply::Text);
+        }
         Some(other) => return Err(ApiError::not_found(&format!("{}/{other}", rt.qualified_name()), "")),
     };
     let Some(name) = p.name.as_deref() else {
-        return collection(shared, user, method, &rt, p.namespace.as_deref(), params, body);
+        let ns = p.namespace.as_deref();
+        if *method == Method::GET && table::wanted(headers) && is_watch(params) {
+            let include = params.get("includeObject").map(String::as_str);
+            let req = watch::WatchRequest::from_params(rt.clone(), ns, selectors(params)?, params)?;
+            return Ok(Reply::Watch(Box::new(req.in_tables(include))));
+        }
+        if *method == Method::GET && table::wanted(headers) {
+            let store = shared.store();
+            let (items, rv) = store.list(&rt, ns, &selectors(params)?);
+            let include = params.get("includeObject").map(String::as_str);
+            return ok(table::render(&rt, store.crd_of(&rt), &items, rv, include));
+        }
+        return collection(shared, user, method, &rt, ns, params, body);
     };
     match *method {
+        Method::GET if sub == Subresource::Main && table::wanted(headers) => {
+            let store = shared.store();
+            let obj = store.get(&rt, ns, name)?;
+            let include = params.get("includeObject").map(String::as_str);
+            ok(table::render(&rt, store.crd_of(&rt), &[obj], store.resource_version(), include))
+        }
         Method::GET => ok(shared.store().get(&rt, ns, name)?),
-        Method::PUT => ok(shared.write_as(user, |s| s.replace(&rt, ns, name, parse_body(body)?, sub))?),
+        Method::PUT => {
+            let obj = parse_body(body)?;
+            strict_fields(shared, &rt, params, &obj)?;
+            ok(shared.write_as(user, |s| s.replace(&rt, ns, name, obj, sub))?)
+        }
         Method::PATCH => {
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             let force = params.get("force").is_some_and(|f| f == "true");
             let kind =
                 PatchKind::from_content_type(ct, params.get("fieldManager").map(String::as_str), force)?;
             let patch = parse_body(body)?;
+            strict_fields(shared, &rt, params, &patch)?;
             ok(shared.write_as(user, |s| s.patch(&rt, ns, name, &kind, &patch, sub))?)
         }
         Method::DELETE => {
@@ -217,13 +273,9 @@ fn collection(
     params: &Params,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
-    let selectors = Selectors::parse(
-        params.get("labelSelector").map(String::as_str),
-        params.get("fieldSelector").map(String::as_str),
-    )
-    .map_err(ApiError::bad_request)?;
+    let selectors = selectors(params)?;
     match *method {
-        Method::GET if params.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+        Method::GET if is_watch(params) => {
             Ok(Reply::Watch(Box::new(watch::WatchRequest::from_params(rt.clone(), ns, selectors, params)?)))
         }
         Method::GET => {
@@ -232,6 +284,7 @@ fn collection(
         }
         Method::POST => {
             let obj = parse_body(body)?;
+            strict_fields(shared, rt, params, &obj)?;
             let created = shared.write_as(user, |s| s.create(rt, ns.unwrap_or(""), obj))?;
             Ok(Reply::Json(StatusCode::CREATED, created))
         }
@@ -258,9 +311,53 @@ fn collection(
     }
 }
 
+fn selectors(params: &Params) -> Result<Selectors, ApiError> {
+    Selectors::parse(
+        params.get("labelSelector").map(String::as_str),
+        params.get("fieldSelector").map(String::as_str),
+    )
+    .map_err(ApiError::bad_request)
+}
+
+fn is_watch(params: &Params) -> bool {
+    params.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
 fn list_json(rt: &ResourceType, items: Vec<Value>, rv: u64) -> Value {
     json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
            "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+}
+
+/// A pod's output so far, from the process runner's log file (`tailLines` honoured; `follow` is
+/// answered with what is there now, after which kubectl exits).
+fn pod_log(dir: Option<&std::path::Path>, pod: &str, params: &Params) -> Result<String, ApiError> {
+    let path = dir.map(|d| d.join(format!("{pod}.log")));
+    let text = path.and_then(|p| std::fs::read_to_string(p).ok()).ok_or_else(|| {
+        ApiError::bad_request(format!("pod {pod} has no log here: only the process runner's pods have logs"))
+    })?;
+    let Some(tail) = params.get("tailLines").and_then(|t| t.parse::<usize>().ok()) else { return Ok(text) };
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(tail);
+    Ok(lines[start..].iter().map(|l| format!("{l}\n")).collect())
+}
+
+/// `fieldValidation=Strict` (what `kubectl apply` sends with validation on): a custom resource field
+/// its CRD's schema does not declare is refused instead of pruned, as by the API server.
+fn strict_fields(shared: &Shared, rt: &ResourceType, params: &Params, obj: &Value) -> Result<(), ApiError> {
+    if params.get("fieldValidation").map(String::as_str) != Some("Strict") {
+        return Ok(());
+    }
+    let unknown = openapi::unknown_fields(&shared.store(), rt, obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        fields.join(", "),
+        kind = rt.kind,
+        version = rt.version
+    )))
 }
 
 /// A request body: JSON, or YAML (kubectl's apply sends YAML).

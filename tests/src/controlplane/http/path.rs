@@ -26,8 +26,17 @@ pub struct ResourcePath {
 pub enum Route {
     /// `/version`.
     Version,
-    /// `/openapi/v3`.
+    /// `/openapi/v3`: the index.
     OpenApiV3,
+    /// `/openapi/v3/api/v1` or `/openapi/v3/apis/GROUP/VERSION`: one group version's document.
+    OpenApiV3Document {
+        /// API group (empty for core).
+        group: String,
+        /// API version.
+        version: String,
+    },
+    /// `/openapi/v2`.
+    OpenApiV2,
     /// `/healthz`, `/readyz`, `/livez`.
     Health,
     /// `/api`: core API versions.
@@ -55,6 +64,13 @@ pub fn parse(path: &str) -> Route {
     let (group, version, rest) = match segs.as_slice() {
         ["version"] => return Route::Version,
         ["openapi", "v3"] => return Route::OpenApiV3,
+        ["openapi", "v3", "api", v] => {
+            return Route::OpenApiV3Document { group: String::new(), version: (*v).to_owned() };
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return Route::OpenApiV3Document { group: (*g).to_owned(), version: (*v).to_owned() };
+        }
+        ["openapi", "v2"] => return Route::OpenApiV2,
         ["healthz" | "readyz" | "livez", ..] => return Route::Health,
         ["api"] => return Route::CoreVersions,
         ["apis"] => return Route::Groups,
@@ -131,6 +147,14 @@ mod tests {
         assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
         assert_eq!(parse("/apis/apps/v1"), Route::Resources { group: "apps".into(), version: "v1".into() });
         assert_eq!(parse("/version"), Route::Version);
+        assert_eq!(
+            parse("/openapi/v3/apis/sluice.dev/v1alpha1"),
+            Route::OpenApiV3Document { group: "sluice.dev".into(), version: "v1alpha1".into() }
+        );
+        assert_eq!(
+            parse("/openapi/v3/api/v1"),
+            Route::OpenApiV3Document { group: String::new(), version: "v1".into() }
+        );
         assert_eq!(parse("/nope"), Route::Unknown);
     }
 }

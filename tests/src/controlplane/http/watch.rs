@@ -16,11 +16,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::Shared;
+use super::{Shared, table};
 use crate::controlplane::error::ApiError;
 use crate::controlplane::registry::ResourceType;
 use crate::controlplane::selector::Selectors;
-use crate::controlplane::store::Store;
+use crate::controlplane::store::{Store, present, type_key};
 
 /// Default and maximum `timeoutSeconds` (the API server's `--min-request-timeout` is 1800).
 const MAX_TIMEOUT_SECS: u64 = 1800;
@@ -35,6 +35,8 @@ pub struct WatchRequest {
     send_initial: bool,
     bookmarks: bool,
     timeout: Duration,
+    /// `Some(includeObject)`: each event's object is a one-row Table (`kubectl get -w`).
+    table: Option<Option<String>>,
 }
 
 impl WatchRequest {
@@ -69,12 +71,30 @@ impl WatchRequest {
             send_initial: flag("sendInitialEvents"),
             bookmarks: flag("allowWatchBookmarks"),
             timeout: Duration::from_secs(timeout),
+            table: None,
         })
     }
 
+    /// Sends each object as a one-row Table, as the API server does for `as=Table` watches.
+    pub fn in_tables(mut self, include: Option<&str>) -> Self {
+        self.table = Some(include.map(str::to_owned));
+        self
+    }
+
+    /// The object of an event: as served through the type, or its Table row.
+    fn event_object(&self, store: &Store, presented: Value, rv: u64) -> Value {
+        match &self.table {
+            Some(include) => {
+                table::render(&self.rt, store.crd_of(&self.rt), &[presented], rv, include.as_deref())
+            }
+            None => presented,
+        }
+    }
+
     fn wants(&self, group: &str, plural: &str, obj: &Value) -> bool {
-        group == self.rt.group
-            && plural == self.rt.plural
+        let (own_group, own_plural) = type_key(&self.rt);
+        group == own_group
+            && plural == own_plural
             && self.namespace.as_deref().is_none_or(|ns| {
                 obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("") == ns
             })
@@ -82,10 +102,7 @@ impl WatchRequest {
     }
 
     fn present(&self, obj: &Value) -> Value {
-        let mut o = obj.clone();
-        o["apiVersion"] = json!(self.rt.api_version());
-        o["kind"] = json!(self.rt.kind);
-        o
+        present(&self.rt, obj)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
@@ -117,9 +134,8 @@ impl Cursor {
             Ok(events) => {
                 for e in events {
                     if self.req.wants(&e.group, &e.plural, &e.object) {
-                        self.pending.push_back(
-                            json!({"type": e.kind.as_str(), "object": self.req.present(&e.object)}),
-                        );
+                        let object = self.req.event_object(store, self.req.present(&e.object), e.rv);
+                        self.pending.push_back(json!({"type": e.kind.as_str(), "object": object}));
                     }
                 }
                 self.rv = store.resource_version();
@@ -156,7 +172,9 @@ pub fn respond(shared: Arc<Shared>, req: WatchRequest) -> Response {
             _ => {
                 let (items, rv) =
                     store.list(&cursor.req.rt, cursor.req.namespace.as_deref(), &cursor.req.selectors);
-                cursor.pending.extend(items.into_iter().map(|o| json!({"type": "ADDED", "object": o})));
+                let added = items.into_iter().map(|o| cursor.req.event_object(&store, o, rv));
+                let added: Vec<Value> = added.map(|o| json!({"type": "ADDED", "object": o})).collect();
+                cursor.pending.extend(added);
                 cursor.rv = rv;
                 if cursor.req.send_initial && cursor.req.bookmarks {
                     let b = cursor.req.bookmark(rv, true);

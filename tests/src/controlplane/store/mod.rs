@@ -26,9 +26,10 @@ use super::error::{ApiError, Cause, Result};
 use super::registry::{Registry, ResourceType};
 use super::selector::Selectors;
 use super::validate::{ValidateFn, Validators};
+use super::{events, names, schema};
 
 /// `(group, plural)`: one stored resource, whatever version it is read through.
-type TypeKey = (String, String);
+pub type TypeKey = (String, String);
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 type ObjKey = (String, String);
 
@@ -117,7 +118,8 @@ impl Store {
 
     /// Creates an object (`POST`). The namespace in the URL wins; the name comes from `metadata.name` or
     /// `metadata.generateName`.
-    pub fn create(&mut self, rt: &ResourceType, ns: &str, mut obj: Value) -> Result<Value> {
+    pub fn create(&mut self, rt: &ResourceType, ns: &str, obj: Value) -> Result<Value> {
+        let mut obj = if events::is_events_view(rt) { events::to_core(obj) } else { obj };
         if !obj.is_object() {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
@@ -128,6 +130,7 @@ impl Store {
                 _ => return Err(invalid(rt, "", "metadata.name", "name or generateName is required")),
             },
         };
+        names::check(rt, &name).map_err(|cause| ApiError::invalid(&rt.kind, &name, vec![cause]))?;
         let ns = if rt.namespaced { ns } else { "" };
         if rt.namespaced && ns.is_empty() {
             return Err(ApiError::bad_request("a namespace is required for namespaced resources"));
@@ -164,6 +167,7 @@ impl Store {
             m.remove("status");
         }
         self.initial_status(rt, &mut obj)?;
+        self.shape(rt, &mut obj);
         self.validate(rt, &obj, &name)?;
         self.admit(Operation::Create, rt, Subresource::Main, ns, &name, Some(&obj), None)?;
         if is_crd(rt) {
@@ -188,6 +192,21 @@ impl Store {
             obj["status"] = json!({"phase": "Active"});
         }
         Ok(())
+    }
+
+    /// Defaults and prunes a custom resource by its CRD's structural schema, as the API server does
+    /// before validation.
+    fn shape(&self, rt: &ResourceType, obj: &mut Value) {
+        if let Some(s) = self.crd_of(rt).and_then(|crd| schema::of_version(crd, &rt.version)) {
+            schema::default_and_prune(s, obj);
+        }
+    }
+
+    /// The CustomResourceDefinition that registered `rt`, if it is a custom resource.
+    pub fn crd_of(&self, rt: &ResourceType) -> Option<&Value> {
+        let crd_key = ("apiextensions.k8s.io".to_owned(), "customresourcedefinitions".to_owned());
+        let crd_name = format!("{}.{}", rt.plural, rt.group);
+        self.objects.get(&crd_key).and_then(|m| m.get(&(String::new(), crd_name)))
     }
 
     fn validate(&self, rt: &ResourceType, obj: &Value, name: &str) -> Result<()> {
@@ -222,7 +241,12 @@ impl Store {
     }
 }
 
-fn type_key(rt: &ResourceType) -> TypeKey {
+/// Where objects of `rt` are kept (and which watch events concern it): the events.k8s.io view shares
+/// the core events.
+pub fn type_key(rt: &ResourceType) -> TypeKey {
+    if events::is_events_view(rt) {
+        return (String::new(), rt.plural.clone());
+    }
     (rt.group.clone(), rt.plural.clone())
 }
 
@@ -240,9 +264,9 @@ fn stored_versions(crd: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The object as served through `rt` (its `apiVersion` and `kind`).
-fn present(rt: &ResourceType, obj: &Value) -> Value {
-    let mut out = obj.clone();
+/// The object as served through `rt` (its `apiVersion` and `kind`, and the events.k8s.io shape).
+pub fn present(rt: &ResourceType, obj: &Value) -> Value {
+    let mut out = if events::is_events_view(rt) { events::to_view(obj.clone()) } else { obj.clone() };
     out["apiVersion"] = json!(rt.api_version());
     out["kind"] = json!(rt.kind);
     out

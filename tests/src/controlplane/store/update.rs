@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::{EventType, Store, meta_mut, meta_str, present};
 use crate::controlplane::admission::Operation;
 use crate::controlplane::error::{ApiError, Result};
+use crate::controlplane::events;
 use crate::controlplane::patch::{PatchKind, apply_patch};
 use crate::controlplane::registry::ResourceType;
 
@@ -36,6 +37,7 @@ impl Store {
         new: Value,
         sub: Subresource,
     ) -> Result<Value> {
+        let new = if events::is_events_view(rt) { events::to_core(new) } else { new };
         let old = self.lookup(rt, ns, name)?.clone();
         if let Some(body_name) = meta_str(&new, "name")
             && body_name != name
@@ -62,8 +64,11 @@ impl Store {
             return self.apply(rt, ns, name, body, manager, *force, sub);
         }
         let old = self.lookup(rt, ns, name)?.clone();
-        let mut new = old.clone();
+        // A patch through the events.k8s.io view is written against that view's shape.
+        let view = events::is_events_view(rt);
+        let mut new = if view { events::to_view(old.clone()) } else { old.clone() };
         apply_patch(kind, &mut new, body)?;
+        let new = if view { events::to_core(new) } else { new };
         check_rv(rt, name, &old, &new)?;
         self.commit_update(rt, ns, name, old, new, sub)
     }
@@ -111,6 +116,7 @@ impl Store {
         };
         merged["apiVersion"] = old["apiVersion"].clone();
         merged["kind"] = old["kind"].clone();
+        self.shape(rt, &mut merged);
         if content(rt, &old) != content(rt, &merged) {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             meta_mut(&mut merged).insert("generation".into(), json!(generation + 1));

@@ -1,0 +1,189 @@
+//! The real `kubectl` against the local control plane, as a user of the demo runs it: apply with
+//! validation on, explain, get with printer columns, describe with the operator's events, events,
+//! pods and their logs; and names or fields a real API server refuses, refused the same way.
+//!
+//! Needs /usr/bin/kubectl (or `KUBECTL`). Where it is absent the test says so and passes, except under
+//! `CI=true`, where the runner must provide it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use sluice_tests::localstack::{LocalStack, TestQueue, sqs_client};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::system::System;
+
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+}
+
+fn kubectl_path() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()));
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{} is missing and CI=true", path.display());
+    println!("SKIPPED: {} not found (set KUBECTL to a kubectl binary)", path.display());
+    None
+}
+
+/// kubectl with the system's kubeconfig and its own discovery cache.
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    fn run(&self, args: &[&str], stdin_file: Option<&Path>) -> Result<Output> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("KUBECONFIG", &self.kubeconfig).arg("--cache-dir").arg(&self.cache).args(args);
+        if let Some(file) = stdin_file {
+            cmd.stdin(std::fs::File::open(file)?);
+        }
+        let out = cmd.output().context("running kubectl")?;
+        println!(
+            "$ kubectl {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(out)
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args, None)?;
+        if !out.status.success() {
+            bail!("kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs a command that must fail; its stderr.
+    fn refused(&self, args: &[&str], stdin_file: Option<&Path>) -> Result<String> {
+        let out = self.run(args, stdin_file)?;
+        if out.status.success() {
+            bail!("kubectl {} succeeded, a real API server refuses it", args.join(" "));
+        }
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// Repeats `args` until `done` holds for its output (bounded), returning that output.
+    async fn until(&self, args: &[&str], what: &str, done: impl Fn(&str) -> bool) -> Result<String> {
+        let start = Instant::now();
+        loop {
+            let out = self.ok(args)?;
+            if done(&out) {
+                return Ok(out);
+            }
+            if start.elapsed() > Duration::from_secs(90) {
+                bail!("kubectl {}: never showed {what}; last output:\n{out}", args.join(" "));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: SqsSource
+metadata:
+  name: {name}
+spec:
+  queues:
+    - url: {url}
+      endpoint: {endpoint}
+  sinks:
+    - name: webhook
+      http:
+        url: {sink}
+  scaling:
+    minReplicas: 1
+    maxReplicas: 1
+    pollIntervalSeconds: 1
+{extra}"#,
+        url = queue.url
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Result<()> {
+    let Some(bin) = kubectl_path() else { return Ok(()) };
+    let endpoint = LocalStack::ensure().await?;
+    let queue = TestQueue::create(&sqs_client(&endpoint), "kubectl", false).await?;
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubectl-localcp");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut system = System::start(&bin_dir(), &dir).await?;
+    system.start_operator()?;
+    let kubectl = Kubectl { bin, kubeconfig: dir.join("kubeconfig"), cache: dir.join("kubectl-cache") };
+
+    // apply with validation on (kubectl's default, Strict): the server validates against the CRD.
+    let name = "orders";
+    let file = dir.join("source.yaml");
+    std::fs::write(&file, source_yaml(name, &queue, &endpoint, &sink.url(), ""))?;
+    let applied = kubectl.ok(&["apply", "-f", file.to_str().unwrap_or_default()])?;
+    assert!(applied.contains("sqssource.sluice.dev/orders created"), "{applied}");
+
+    let explained = kubectl.ok(&["explain", "sqssource.spec.delivery"])?;
+    assert!(explained.contains("KIND:       SqsSource"), "{explained}");
+    assert!(explained.contains("FIELD: delivery <Object>"), "{explained}");
+    assert!(explained.contains("guarantee\t<string>"), "{explained}");
+
+    // Printer columns, GUARANTEE filled by the CRD's default (the manifest does not name it).
+    let got = kubectl
+        .until(&["get", "sqss"], "READY True", |out| {
+            out.lines().any(|l| l.starts_with("orders ") && l.contains(" True "))
+        })
+        .await?;
+    let header: Vec<&str> = got.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DEPTH", "READERS", "GUARANTEE", "COMMITTED", "READY", "AGE"]);
+    assert!(got.lines().nth(1).is_some_and(|row| row.contains("atLeastOnce")), "{got}");
+
+    let described = kubectl
+        .until(&["describe", "sqss", name], "the operator's events", |out| out.contains("ConfigApplied"))
+        .await?;
+    assert!(described.contains("Events:") && described.contains("sluice-operator"), "{described}");
+    let events = kubectl.ok(&["get", "events"])?;
+    assert!(events.contains("sqssource/orders") && events.contains("ConfigApplied"), "{events}");
+
+    let pods = kubectl
+        .until(&["get", "pods"], "a running reader", |out| {
+            out.contains("orders-reader-") && out.contains("1/1")
+        })
+        .await?;
+    assert!(pods.lines().next().is_some_and(|h| h.starts_with("NAME") && h.contains("RESTARTS")), "{pods}");
+    let pod =
+        pods.lines().find(|l| l.starts_with("orders-reader-")).and_then(|l| l.split_whitespace().next());
+    let pod = pod.context("a reader pod row")?;
+    let logs =
+        kubectl.until(&["logs", pod], "the reader's log", |out| out.contains("reader started")).await?;
+    assert!(!logs.is_empty());
+
+    // What a real API server refuses: an invalid name, a field the schema does not declare.
+    let bad = dir.join("bad-name.yaml");
+    std::fs::write(&bad, source_yaml("Orders_Bad", &queue, &endpoint, &sink.url(), ""))?;
+    let refused = kubectl.refused(&["apply", "-f", "-"], Some(&bad))?;
+    assert!(
+        refused.contains(r#"The SqsSource "Orders_Bad" is invalid: metadata.name: Invalid value: "Orders_Bad": a lowercase RFC 1123 subdomain"#),
+        "{refused}"
+    );
+    let typo = dir.join("typo.yaml");
+    std::fs::write(&typo, source_yaml("orders", &queue, &endpoint, &sink.url(), "  sinkz: []\n"))?;
+    let refused = kubectl.refused(&["apply", "-f", typo.to_str().unwrap_or_default()], None)?;
+    assert!(refused.contains(r#"strict decoding error: unknown field "spec.sinkz""#), "{refused}");
+    // A body over the API server's 3 MiB limit: a Status kubectl can word, not a bare 413.
+    let big = dir.join("big.txt");
+    std::fs::write(&big, "a".repeat(4 * 1024 * 1024))?;
+    let from_file = format!("--from-file={}", big.display());
+    let refused = kubectl.refused(&["create", "configmap", "big", &from_file], None)?;
+    assert!(refused.contains("Request entity too large: limit is 3145728"), "{refused}");
+
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
