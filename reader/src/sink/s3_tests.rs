@@ -45,14 +45,13 @@ impl Bucket {
 
     /// A sink of a new process of pod `reader`.
     fn sink_of(&self, aws: &aws_config::SdkConfig, reader: &str) -> S3Sink {
-        let spec =
-            S3SinkSpec {
-                bucket: self.name.clone(),
-                prefix: "out/".into(),
-                endpoint: None,
-                region: None,
-                sse_kms_key_id: None,
-            };
+        let spec = S3SinkSpec {
+            bucket: self.name.clone(),
+            prefix: "out/".into(),
+            endpoint: None,
+            region: None,
+            sse_kms_key_id: None,
+        };
         let retry =
             RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
         S3Sink::new("archive", &spec, aws, reader, RetryPolicy::from_spec(&retry)).unwrap()
