@@ -5,6 +5,9 @@
 //!
 //! Without LocalStack it prints SKIPPED and passes.
 
+#[allow(dead_code)]
+#[path = "support/load_metrics.rs"]
+mod load_metrics;
 mod support;
 
 use std::time::Duration;
@@ -74,6 +77,13 @@ async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
     let mut reader = Reader::start(&yaml, &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 60 * SECOND).await;
     assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
+    let left_out = load_metrics::labelled(
+        reader.admin().await,
+        "sluice_reader_errors_total",
+        &["error_type=\"reason_left_out_at_attribute_limit\""],
+    )
+    .await;
+    assert_eq!(left_out, 1.0, "the left-out reason is counted");
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
 

@@ -16,6 +16,7 @@ use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
 use crate::record::Record;
+use crate::sink::dead_letter::leaves_context_out;
 use crate::sink::{Outcome, Sinks};
 
 /// What the ledger does with one message.
@@ -243,6 +244,9 @@ impl Dispatcher {
                 Some(Outcome::Delivered) => {
                     tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
                     self.metrics.dead_lettered.inc();
+                    if leaves_context_out(&items[*i].record) {
+                        self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");
+                    }
                     (*i, Verdict::Delete)
                 }
                 other => {

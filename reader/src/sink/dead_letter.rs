@@ -70,14 +70,8 @@ impl DeadLetter {
 /// attributes of the user's there is no room, and the context is left out (`false`; the reader
 /// logs the reason instead).
 pub fn dead_letter_record(record: &Record, reason: &str) -> (Record, bool) {
-    // A record dead-lettered again (from a dead-letter queue) gets its context anew.
-    let context = |name: &str| [REASON, SOURCE_MESSAGE_ID, SOURCE_QUEUE, PACKED].contains(&name);
-    let mut attributes: BTreeMap<String, String> = record
-        .message_attributes
-        .iter()
-        .filter(|(k, v)| !v.is_empty() && !context(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut attributes: BTreeMap<String, String> =
+        users_attributes(record).map(|(k, v)| (k.clone(), v.clone())).collect();
     let reason = truncate(reason, MAX_REASON_BYTES);
     let room = MAX_MESSAGE_ATTRIBUTES.saturating_sub(attributes.len());
     let context_kept = room > 0;
@@ -98,6 +92,18 @@ pub fn dead_letter_record(record: &Record, reason: &str) -> (Record, bool) {
         attribute_types.remove(name);
     }
     (Record { message_attributes: attributes, attribute_types, ..record.clone() }, context_kept)
+}
+
+/// Whether `record` has no room left for the dead-letter context (10 attributes of its own).
+pub fn leaves_context_out(record: &Record) -> bool {
+    users_attributes(record).count() >= MAX_MESSAGE_ATTRIBUTES
+}
+
+/// The record's non-empty attributes but the dead-letter context (a record dead-lettered again,
+/// from a dead-letter queue, gets its context anew).
+fn users_attributes(record: &Record) -> impl Iterator<Item = (&String, &String)> {
+    let context = |name: &str| [REASON, SOURCE_MESSAGE_ID, SOURCE_QUEUE, PACKED].contains(&name);
+    record.message_attributes.iter().filter(move |(k, v)| !v.is_empty() && !context(k))
 }
 
 fn truncate(text: &str, max: usize) -> &str {
