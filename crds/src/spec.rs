@@ -95,7 +95,12 @@ pub struct SqsSourceSpec {
     pub sinks: Vec<SinkSpec>,
     /// Where poison messages go (with the failure reason) after the last retry, then are deleted
     /// from the queue. Any sink kind but s3, without `route`. Absent: nothing is dead-lettered
-    /// (see `delivery.failOnError`).
+    /// (see `delivery.failOnError`). Every message attribute of the user's is kept with its type
+    /// (SQS allows 10 a message); the reason goes beside them as `sluice-dlq-reason`,
+    /// `sluice-source-message-id` and `sluice-source-queue` when there is room for three, as one
+    /// JSON attribute `sluice-dead-letter` (`reason`, `sourceMessageId`, `sourceQueue`) when
+    /// there is room for one, and is left out (only the reader's log line has it) when the
+    /// message already has 10 attributes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
         validation = Rule::new("!has(self.s3)")

@@ -29,6 +29,10 @@ pub struct Record {
     pub attributes: BTreeMap<String, String>,
     /// String and Number message attributes (binary ones are base64 encoded).
     pub message_attributes: BTreeMap<String, String>,
+    /// The SQS DataType of each message attribute (`Number`, `Binary`, `String.custom`, ...),
+    /// so a sink that writes attributes again writes them with their type; an attribute missing
+    /// here is a `String` (the dead-letter context, test records).
+    pub attribute_types: BTreeMap<String, String>,
     /// Milliseconds since the Unix epoch, from SentTimestamp.
     pub sent_timestamp_ms: Option<i64>,
     /// ApproximateReceiveCount.

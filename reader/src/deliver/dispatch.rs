@@ -10,11 +10,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::join_all;
+use futures::future::{BoxFuture, FutureExt, join_all};
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
 use crate::record::Record;
+use crate::sink::dead_letter::leaves_context_out;
 use crate::sink::{Outcome, Sinks};
 
 /// What the ledger does with one message.
@@ -29,6 +31,7 @@ pub enum Verdict {
 }
 
 /// A decoded message; `poison` when it cannot be delivered at all (bad JSON).
+#[derive(Clone)]
 pub struct Item {
     pub record: Arc<Record>,
     pub poison: Option<String>,
@@ -74,11 +77,63 @@ impl Dispatcher {
         &self.sinks
     }
 
-    /// One verdict per item, in the same order.
+    /// One verdict per item, in the same order, once every item is settled.
     pub async fn dispatch(&self, items: &[Item], fifo: bool) -> Vec<Verdict> {
-        if !fifo {
-            return self.deliver(items).await;
+        let mut verdicts = vec![Verdict::Release; items.len()];
+        let mut settled = self.settle_as_done(items, fifo);
+        while let Some(part) = settled.next().await {
+            for (i, verdict) in part {
+                verdicts[i] = verdict;
+            }
         }
+        verdicts
+    }
+
+    /// Verdicts as deliveries end, `(index into items, verdict)`: a record every one of whose
+    /// sinks sends records one by one (http, log) is answered on its own, as soon as it is
+    /// done; the rest of a standard batch goes to batching sinks together and is answered
+    /// together; a FIFO batch is answered as a whole (order within a group decides it).
+    pub fn settle_as_done<'a>(
+        &'a self,
+        items: &'a [Item],
+        fifo: bool,
+    ) -> BoxStream<'a, Vec<(usize, Verdict)>> {
+        if fifo {
+            let whole = async move { self.dispatch_fifo(items).await.into_iter().enumerate().collect() };
+            return futures::stream::once(whole).boxed();
+        }
+        let (alone, together): (Vec<usize>, Vec<usize>) =
+            (0..items.len()).partition(|&i| self.alone(&items[i]));
+        let parts: FuturesUnordered<BoxFuture<'a, Vec<(usize, Verdict)>>> = alone
+            .into_iter()
+            .map(|i| {
+                async move {
+                    let verdict = self.deliver(std::slice::from_ref(&items[i])).await.pop();
+                    vec![(i, verdict.unwrap_or(Verdict::Release))]
+                }
+                .boxed()
+            })
+            .collect();
+        if !together.is_empty() {
+            parts.push(
+                async move {
+                    let batch: Vec<Item> = together.iter().map(|&i| items[i].clone()).collect();
+                    together.into_iter().zip(self.deliver(&batch).await).collect()
+                }
+                .boxed(),
+            );
+        }
+        parts.boxed()
+    }
+
+    /// Whether `item` can be settled on its own: poison (only the dead-letter sink sees it), or
+    /// every sink that takes it sends one request per record.
+    fn alone(&self, item: &Item) -> bool {
+        item.poison.is_some()
+            || self.sinks.targets(&item.record).into_iter().all(|s| self.sinks.sinks[s].sink.per_record())
+    }
+
+    async fn dispatch_fifo(&self, items: &[Item]) -> Vec<Verdict> {
         let runs = fifo::group_runs(items.iter().map(|i| i.record.group_id.as_deref()));
         let mut verdicts = vec![Verdict::Release; items.len()];
         let results = join_all(runs.iter().map(|run| {
@@ -189,6 +244,9 @@ impl Dispatcher {
                 Some(Outcome::Delivered) => {
                     tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
                     self.metrics.dead_lettered.inc();
+                    if leaves_context_out(&items[*i].record) {
+                        self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");
+                    }
                     (*i, Verdict::Delete)
                 }
                 other => {

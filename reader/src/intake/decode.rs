@@ -34,10 +34,11 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
         .attributes
         .map(|a| a.into_iter().map(|(k, v)| (k.as_str().to_owned(), v)).collect())
         .unwrap_or_default();
-    let message_attributes: BTreeMap<String, String> = message
-        .message_attributes
-        .map(|a| a.into_iter().map(|(k, v)| (k, attribute_text(&v))).collect())
-        .unwrap_or_default();
+    let sent_attributes = message.message_attributes.unwrap_or_default();
+    let attribute_types: BTreeMap<String, String> =
+        sent_attributes.iter().map(|(k, v)| (k.clone(), v.data_type().to_owned())).collect();
+    let message_attributes: BTreeMap<String, String> =
+        sent_attributes.into_iter().map(|(k, v)| (k, attribute_text(&v))).collect();
     let body = Bytes::from(message.body.unwrap_or_default());
     let mut record = Record {
         message_id: message.message_id.unwrap_or_default(),
@@ -50,6 +51,7 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
         payload: Payload::Raw,
         attributes,
         message_attributes,
+        attribute_types,
         epoch,
         incarnation: 0,
     };

@@ -28,8 +28,10 @@ use crate::settle::{Arrival, Pipeline};
 /// How often a poller looks again whether the gate lets it receive.
 const GATE_WAIT: Duration = Duration::from_millis(100);
 
-/// How long a receive already sent may still take to land once the reader is stopping.
-const RECEIVE_GRACE: Duration = Duration::from_secs(3);
+/// How long a receive already sent may still take to land once the reader is stopping. Short, so
+/// an idle reader (its long poll waiting on an empty queue) stops at once; a message SQS hands
+/// to a receive abandoned after this comes back after its visibility timeout.
+const RECEIVE_GRACE: Duration = Duration::from_millis(300);
 
 /// Backoff after a failed receive.
 const FIRST_RETRY: Duration = Duration::from_millis(200);

@@ -61,6 +61,7 @@ pub async fn start(
         reader_id: options.reader_id.clone(),
         retry: settings.spec.delivery.retry.clone(),
         aws: sdk.clone(),
+        stopping: stop.token().clone(),
     };
     let sinks: Sinks =
         sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)

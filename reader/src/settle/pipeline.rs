@@ -12,7 +12,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -110,8 +110,10 @@ impl Pipeline {
         admitted
     }
 
-    /// Deliver `items` in a task of its own (holding `permit` until settled), so the poller can
-    /// poll again meanwhile. A panicking sink must not strand its messages in the ledger (the
+    /// Deliver `items` in a task of its own, so the poller can poll again meanwhile. Each message
+    /// is settled (deleted or released, one unit of `permit` given back) as soon as its own
+    /// delivery ends, not when the slowest message of its receive batch does: a crash then
+    /// redelivers only what was really still in work. A panicking sink must not strand its messages in the ledger (the
     /// heartbeat would keep them invisible until the reader exits): they are released instead.
     pub fn deliver(
         self: &Arc<Self>,
@@ -122,18 +124,33 @@ impl Pipeline {
     ) {
         let pipeline = self.clone();
         self.deliveries.spawn(async move {
-            let _permit = permit;
-            let dispatch = AssertUnwindSafe(pipeline.dispatcher.dispatch(&items, fifo)).catch_unwind();
-            tokio::select! {
-                () = pipeline.abort.cancelled() => {}
-                verdicts = dispatch => match verdicts {
-                    Ok(verdicts) => pipeline.settle(&tickets, &verdicts, &items),
-                    Err(_) => {
-                        tracing::error!(messages = tickets.len(), "a sink panicked; releasing its messages");
-                        pipeline.metrics.error("deliver", "panic");
-                        pipeline.release(&tickets, &items);
+            let mut permit = permit;
+            let mut pending = vec![true; items.len()];
+            let settle_each = AssertUnwindSafe(async {
+                let mut settled = pipeline.dispatcher.settle_as_done(&items, fifo);
+                while let Some(part) = settled.next().await {
+                    for (i, verdict) in part {
+                        pipeline.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
+                        pending[i] = false;
+                        // Capacity comes back message by message, as each one is settled.
+                        if let Some(one) = permit.split(1) {
+                            drop(one);
+                        }
                     }
-                },
+                }
+            })
+            .catch_unwind();
+            let panicked = tokio::select! {
+                () = pipeline.abort.cancelled() => false,
+                result = settle_each => result.is_err(),
+            };
+            if panicked {
+                let left: Vec<usize> = (0..items.len()).filter(|&i| pending[i]).collect();
+                tracing::error!(messages = left.len(), "a sink panicked; releasing its messages");
+                pipeline.metrics.error("deliver", "panic");
+                let tickets: Vec<Ticket> = left.iter().map(|&i| tickets[i]).collect();
+                let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
+                pipeline.release(&tickets, &items);
             }
         });
     }

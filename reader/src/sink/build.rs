@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use sluice_crds::{RetrySpec, RouteSpec, SinkSpec};
+use tokio_util::sync::CancellationToken;
 
 use super::dead_letter::DeadLetter;
 use super::error::SinkBuildError;
@@ -29,6 +30,9 @@ pub struct SinkContext {
     /// Loaded once by the reader (`aws_config::load_defaults`); sinks apply their own
     /// `endpoint` and `region` over it.
     pub aws: aws_config::SdkConfig,
+    /// Cancelled when the reader stops: a record whose delivery has not started by then is not
+    /// started at all (it goes back to the queue at once), only those under way are finished.
+    pub stopping: CancellationToken,
 }
 
 /// Build one sink; errors name fields relative to the sink (`http.url`), see `build_all`.
@@ -39,7 +43,9 @@ pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBu
         return Err(SinkBuildError::new("name", "must not be empty"));
     }
     let sink: Arc<dyn Sink> = match (&spec.http, &spec.sqs, &spec.s3, &spec.log) {
-        (Some(http), None, None, None) => Arc::new(HttpSink::new(name, http, policy)?),
+        (Some(http), None, None, None) => {
+            Arc::new(HttpSink::new(name, http, policy)?.stopping(ctx.stopping.clone()))
+        }
         (None, Some(sqs), None, None) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
         (None, None, Some(s3), None) => Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?),
         (None, None, None, Some(log)) => Arc::new(LogSink::new(name, log)),
@@ -133,7 +139,12 @@ mod tests {
             .behavior_version(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new("us-east-1"))
             .build();
-        SinkContext { reader_id: "reader-0".into(), retry: RetrySpec::default(), aws }
+        SinkContext {
+            reader_id: "reader-0".into(),
+            retry: RetrySpec::default(),
+            aws,
+            stopping: CancellationToken::new(),
+        }
     }
 
     fn sink(name: &str) -> SinkSpec {

@@ -133,6 +133,7 @@ mod tests {
             payload,
             attributes: BTreeMap::new(),
             message_attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            attribute_types: BTreeMap::new(),
             sent_timestamp_ms: Some(1_700_000_000_123),
             receive_count: 1,
             group_id: None,

@@ -5,7 +5,9 @@
 //! differs is the record it is handed. The wrapper copies the record and adds the reason and the
 //! source's identity as message attributes, which the sqs sink sends as SQS message attributes
 //! and the http sink as `ce-sluice*` extension headers (`ce-sluicedlqreason`,
-//! `ce-sluicesourcemessageid`, `ce-sluicesourcequeue`). The message id is kept, so a FIFO
+//! `ce-sluicesourcemessageid`, `ce-sluicesourcequeue`, or `ce-sluicedeadletter` when packed).
+//! The user's own attributes always come first: SQS's limit of 10 decides how much of the
+//! context fits (see `dead_letter_record`). The message id is kept, so a FIFO
 //! dead-letter queue and an idempotent receiver deduplicate a poison message that is rejected twice.
 
 use std::collections::BTreeMap;
@@ -20,6 +22,8 @@ use crate::record::Record;
 pub const REASON: &str = "sluice-dlq-reason";
 pub const SOURCE_MESSAGE_ID: &str = "sluice-source-message-id";
 pub const SOURCE_QUEUE: &str = "sluice-source-queue";
+/// The three above as one JSON attribute, when the user's attributes leave room for one only.
+pub const PACKED: &str = "sluice-dead-letter";
 
 /// A reason longer than this is cut (at a character boundary): it must fit in an attribute and
 /// a header, and its head says what happened.
@@ -45,29 +49,61 @@ impl DeadLetter {
         Box::pin(async move {
             let records: Vec<Arc<Record>> = rejected
                 .iter()
-                .map(|(record, reason)| Arc::new(dead_letter_record(record, reason)))
+                .map(|(record, reason)| {
+                    let (dead, context_kept) = dead_letter_record(record, reason);
+                    if !context_kept {
+                        tracing::warn!(message_id = %record.message_id, %reason,
+                            "dead-lettered without its sluice-* reason attributes: the message has 10 attributes of its own, SQS's limit");
+                    }
+                    Arc::new(dead)
+                })
                 .collect();
             self.sink.deliver(&records).await
         })
     }
 }
 
-/// `record` as the dead-letter sink receives it: the reason and source identity first, then as
-/// many of the original (non-empty) message attributes as SQS's limit of 10 leaves room for.
-pub fn dead_letter_record(record: &Record, reason: &str) -> Record {
-    let mut attributes = BTreeMap::new();
-    attributes.insert(REASON.to_owned(), truncate(reason, MAX_REASON_BYTES).to_owned());
-    attributes.insert(SOURCE_MESSAGE_ID.to_owned(), record.message_id.clone());
-    attributes.insert(SOURCE_QUEUE.to_owned(), record.queue_url.to_string());
-    for (name, value) in &record.message_attributes {
-        if attributes.len() >= MAX_MESSAGE_ATTRIBUTES {
-            break;
-        }
-        if !value.is_empty() && !attributes.contains_key(name) {
-            attributes.insert(name.clone(), value.clone());
-        }
+/// `record` as the dead-letter sink receives it. The user's own (non-empty) attributes are all
+/// kept, with their types: they are the message. The dead-letter context takes the room SQS's
+/// limit of 10 leaves: the three `sluice-*` attributes when they fit, else the same three
+/// packed as one JSON attribute [`PACKED`] (`reason`, `sourceMessageId`, `sourceQueue`); with 10
+/// attributes of the user's there is no room, and the context is left out (`false`; the reader
+/// logs the reason instead).
+pub fn dead_letter_record(record: &Record, reason: &str) -> (Record, bool) {
+    let mut attributes: BTreeMap<String, String> =
+        users_attributes(record).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let reason = truncate(reason, MAX_REASON_BYTES);
+    let room = MAX_MESSAGE_ATTRIBUTES.saturating_sub(attributes.len());
+    let context_kept = room > 0;
+    if room >= 3 {
+        attributes.insert(REASON.to_owned(), reason.to_owned());
+        attributes.insert(SOURCE_MESSAGE_ID.to_owned(), record.message_id.clone());
+        attributes.insert(SOURCE_QUEUE.to_owned(), record.queue_url.to_string());
+    } else if context_kept {
+        let packed = serde_json::json!({
+            "reason": reason,
+            "sourceMessageId": record.message_id,
+            "sourceQueue": &*record.queue_url,
+        });
+        attributes.insert(PACKED.to_owned(), packed.to_string());
     }
-    Record { message_attributes: attributes, ..record.clone() }
+    let mut attribute_types = record.attribute_types.clone();
+    for name in [REASON, SOURCE_MESSAGE_ID, SOURCE_QUEUE, PACKED] {
+        attribute_types.remove(name);
+    }
+    (Record { message_attributes: attributes, attribute_types, ..record.clone() }, context_kept)
+}
+
+/// Whether `record` has no room left for the dead-letter context (10 attributes of its own).
+pub fn leaves_context_out(record: &Record) -> bool {
+    users_attributes(record).count() >= MAX_MESSAGE_ATTRIBUTES
+}
+
+/// The record's non-empty attributes but the dead-letter context (a record dead-lettered again,
+/// from a dead-letter queue, gets its context anew).
+fn users_attributes(record: &Record) -> impl Iterator<Item = (&String, &String)> {
+    let context = |name: &str| [REASON, SOURCE_MESSAGE_ID, SOURCE_QUEUE, PACKED].contains(&name);
+    record.message_attributes.iter().filter(move |(k, v)| !v.is_empty() && !context(k))
 }
 
 fn truncate(text: &str, max: usize) -> &str {
@@ -88,34 +124,63 @@ mod tests {
     use super::*;
     use crate::sink::testing::record;
 
-    #[test]
-    fn reason_and_source_come_first_then_originals_up_to_ten() {
+    fn with_attributes(n: usize) -> Record {
         let mut r = record("poison-1");
-        for i in 0..12 {
-            r.message_attributes.insert(format!("attr{i:02}"), format!("v{i}"));
+        for i in 1..=n {
+            r.message_attributes.insert(format!("attr{i:02}"), format!("{i}"));
+            r.attribute_types.insert(format!("attr{i:02}"), "Number".into());
         }
         r.message_attributes.insert("attr00".into(), String::new());
-        let dl = dead_letter_record(&r, "HTTP 400 Bad Request");
+        r
+    }
+
+    #[test]
+    fn with_room_the_context_is_three_attributes_beside_every_original() {
+        let r = with_attributes(7);
+        let (dl, kept) = dead_letter_record(&r, "HTTP 400 Bad Request");
+        assert!(kept);
         assert_eq!(dl.message_attributes.len(), 10);
         assert_eq!(dl.message_attributes[REASON], "HTTP 400 Bad Request");
         assert_eq!(dl.message_attributes[SOURCE_MESSAGE_ID], "poison-1");
         assert_eq!(dl.message_attributes[SOURCE_QUEUE], r.queue_url.as_ref());
         assert!(!dl.message_attributes.contains_key("attr00"), "empty values are not forwarded");
-        assert_eq!(dl.message_attributes["attr01"], "v1");
+        assert_eq!(dl.message_attributes["attr07"], "7");
+        assert_eq!(dl.attribute_types["attr07"], "Number");
         assert_eq!(dl.message_id, "poison-1");
         assert_eq!(dl.body, r.body);
     }
 
     #[test]
+    fn with_room_for_one_the_context_is_packed_as_json() {
+        for n in [8, 9] {
+            let (dl, kept) = dead_letter_record(&with_attributes(n), "HTTP 400");
+            assert!(kept);
+            assert_eq!(dl.message_attributes.len(), n + 1);
+            let packed: serde_json::Value = serde_json::from_str(&dl.message_attributes[PACKED]).unwrap();
+            assert_eq!(packed["reason"], "HTTP 400");
+            assert_eq!(packed["sourceMessageId"], "poison-1");
+            assert!(!dl.message_attributes.contains_key(REASON));
+        }
+    }
+
+    #[test]
+    fn ten_attributes_of_the_user_are_all_kept_and_the_context_left_out() {
+        let (dl, kept) = dead_letter_record(&with_attributes(10), "HTTP 400");
+        assert!(!kept);
+        assert_eq!(dl.message_attributes.len(), 10);
+        assert!((1..=10).all(|i| dl.message_attributes.contains_key(&format!("attr{i:02}"))));
+    }
+
+    #[test]
     fn a_record_dead_lettered_twice_carries_the_newest_reason() {
-        let first = dead_letter_record(&record("m"), "first");
-        assert_eq!(dead_letter_record(&first, "second").message_attributes[REASON], "second");
+        let (first, _) = dead_letter_record(&record("m"), "first");
+        assert_eq!(dead_letter_record(&first, "second").0.message_attributes[REASON], "second");
     }
 
     #[test]
     fn long_reasons_are_cut_at_a_character_boundary() {
         let reason = "é".repeat(MAX_REASON_BYTES);
-        let cut = &dead_letter_record(&record("m"), &reason).message_attributes[REASON];
+        let cut = &dead_letter_record(&record("m"), &reason).0.message_attributes[REASON];
         assert_eq!(cut.len(), MAX_REASON_BYTES);
         assert_eq!(truncate("abc", 2), "ab");
         assert_eq!(truncate("aé", 2), "a");

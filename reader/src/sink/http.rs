@@ -18,7 +18,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use sluice_crds::HttpSinkSpec;
 use sluice_protocol::now_ms;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_util::sync::CancellationToken;
 
 use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
@@ -40,6 +41,8 @@ pub struct HttpSink {
     timeout: Duration,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
+    /// The reader is stopping: records still waiting for their first permit are not sent.
+    stopping: CancellationToken,
 }
 
 impl HttpSink {
@@ -77,13 +80,32 @@ impl HttpSink {
             timeout: Duration::from_millis(spec.timeout_ms),
             policy,
             stats: Arc::default(),
+            stopping: CancellationToken::new(),
         })
+    }
+
+    /// Give up records not yet started once `token` is cancelled (the reader's stop).
+    pub fn stopping(mut self, token: CancellationToken) -> Self {
+        self.stopping = token;
+        self
     }
 
     async fn deliver_one(&self, record: &Record) -> Outcome {
         let mut attempts = Attempts::new(&self.policy, &self.stats);
+        // Not started when the reader stops: fail at once, so the drain releases the record
+        // instead of holding it until the requests ahead of it in the queue for permits finish.
+        let first = tokio::select! {
+            biased;
+            () = self.stopping.cancelled() => None,
+            permit = self.limit.acquire() => permit.ok(),
+        };
+        let Some(mut permit) = first else {
+            return Outcome::Failed {
+                reason: format!("sink {}: not started, the reader is stopping", self.name),
+            };
+        };
         loop {
-            let error = match self.attempt(record).await {
+            let error = match self.attempt(record, permit).await {
                 Ok(()) => return Outcome::Delivered,
                 Err(error) => error,
             };
@@ -92,6 +114,10 @@ impl HttpSink {
                 Ok(delay) => {
                     tracing::debug!(sink = %self.name, message_id = %record.message_id, %reason, ?delay, "retrying");
                     tokio::time::sleep(delay).await;
+                    permit = match self.limit.acquire().await {
+                        Ok(permit) => permit,
+                        Err(_) => return Outcome::Failed { reason: Failure::closed().reason },
+                    };
                 }
                 Err(GiveUp::Permanent) => return Outcome::Rejected { reason },
                 Err(GiveUp::Exhausted { attempts }) => {
@@ -102,9 +128,8 @@ impl HttpSink {
         }
     }
 
-    /// One POST under one concurrency permit.
-    async fn attempt(&self, record: &Record) -> Result<(), Failure> {
-        let _permit = self.limit.acquire().await.map_err(|_| Failure::closed())?;
+    /// One POST under one concurrency permit (released when the attempt ends).
+    async fn attempt(&self, record: &Record, _permit: SemaphorePermit<'_>) -> Result<(), Failure> {
         let started = Instant::now();
         let mut headers = cloudevents::headers(record, &self.event_type);
         if !self.extra_headers.is_empty() {
@@ -154,6 +179,10 @@ impl Sink for HttpSink {
 
     fn epoch_support(&self) -> EpochSupport {
         EpochSupport::Idempotent
+    }
+
+    fn per_record(&self) -> bool {
+        true
     }
 
     fn stats(&self) -> Option<Arc<SinkStats>> {

@@ -48,6 +48,10 @@ impl Sink for LogSink {
         &self.name
     }
 
+    fn per_record(&self) -> bool {
+        true
+    }
+
     fn deliver<'a>(&'a self, records: &'a [Arc<Record>]) -> BoxFuture<'a, Vec<Outcome>> {
         let outcomes = records
             .iter()

@@ -83,6 +83,14 @@ pub trait Sink: Send + Sync {
         EpochSupport::None
     }
 
+    /// `true` when the sink sends each record on its own (one request a record): the dispatcher
+    /// then hands it records one by one, so each is settled as soon as its own delivery ends
+    /// instead of waiting for the slowest record of its receive batch. Batching sinks keep
+    /// `false` and get the batch (their requests carry many records).
+    fn per_record(&self) -> bool {
+        false
+    }
+
     /// Counters the sink keeps (retries, requests), for the reader's metrics; `None` for sinks
     /// that make no requests.
     fn stats(&self) -> Option<Arc<SinkStats>> {

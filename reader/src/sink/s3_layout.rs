@@ -56,6 +56,7 @@ pub fn append_line(out: &mut Vec<u8>, record: &Record) {
         "sentTimestamp": record.sent_timestamp_ms,
         "groupId": record.group_id,
         "attributes": record.message_attributes,
+        "attributeTypes": record.attribute_types,
         "body": String::from_utf8_lossy(&record.body),
     });
     // Writing a Value built from strings and numbers into a Vec cannot fail.

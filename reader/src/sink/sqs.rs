@@ -12,8 +12,9 @@
 //! interval: this sink is exactly-once (`Idempotent`) only if a record's redelivery reaches the
 //! target within 5 minutes of its first send. To a standard target it is at-least-once.
 //!
-//! Message attributes travel as String attributes (the Record keeps them as text), at most 10
-//! (SQS's limit), in name order; empty values are dropped because SQS refuses them.
+//! Message attributes travel with the DataType they were received with (a Binary one, kept as
+//! base64 text in the Record, is sent as bytes again), at most 10 (SQS's limit), in name order;
+//! empty values are dropped because SQS refuses them.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -241,11 +242,31 @@ pub fn batches(records: &[Arc<Record>]) -> Vec<Range<usize>> {
     ranges
 }
 
-/// Bytes SQS counts for the entry: body plus attribute names, types and values.
+/// Bytes SQS counts for the entry: body plus attribute names, types and values (a Binary
+/// value counted as its base64 text: a little more than SQS counts, never less).
 fn entry_size(record: &Record) -> usize {
     let attributes: usize =
-        forwarded_attributes(record).map(|(k, v)| k.len() + v.len() + "String".len()).sum();
+        forwarded_attributes(record).map(|(k, v)| k.len() + v.len() + data_type(record, k).len()).sum();
     record.body.len() + attributes
+}
+
+fn data_type<'a>(record: &'a Record, name: &str) -> &'a str {
+    record.attribute_types.get(name).map_or("String", String::as_str)
+}
+
+/// The attribute as it was received: a Binary one (kept base64 in the record) as bytes again, a
+/// Number one as a Number, each with its DataType (custom suffixes included).
+fn typed_attribute(record: &Record, name: &str, value: &str) -> Result<MessageAttributeValue, String> {
+    let data_type = data_type(record, name);
+    let builder = MessageAttributeValue::builder().data_type(data_type);
+    let builder = if data_type.starts_with("Binary") {
+        let bytes = aws_smithy_types::base64::decode(value)
+            .map_err(|e| format!("message attribute {name}: Binary value is not base64: {e}"))?;
+        builder.binary_value(aws_sdk_sqs::primitives::Blob::new(bytes))
+    } else {
+        builder.string_value(value)
+    };
+    builder.build().map_err(|e| format!("message attribute {name}: {e}"))
 }
 
 fn forwarded_attributes(record: &Record) -> impl Iterator<Item = (&String, &String)> {
@@ -293,12 +314,7 @@ pub fn entry(
     }
     let mut entry = SendMessageBatchRequestEntry::builder().id(id).message_body(body);
     for (name, value) in forwarded_attributes(record) {
-        let value = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(value)
-            .build()
-            .map_err(|e| format!("message attribute {name}: {e}"))?;
-        entry = entry.message_attributes(name, value);
+        entry = entry.message_attributes(name, typed_attribute(record, name, value)?);
     }
     if let Some(rule) = fifo {
         let group = match rule {

@@ -16,6 +16,7 @@ pub fn record(id: &str) -> Record {
         payload: Payload::Raw,
         attributes: BTreeMap::new(),
         message_attributes: BTreeMap::new(),
+        attribute_types: BTreeMap::new(),
         sent_timestamp_ms: Some(1_700_000_000_000),
         receive_count: 1,
         group_id: None,

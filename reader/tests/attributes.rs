@@ -1,0 +1,123 @@
+//! Message attributes through the reader binary against LocalStack: the dead-letter route and
+//! the sqs sink keep each attribute's DataType (Binary stays bytes, Number stays Number), and a
+//! message with SQS's maximum of 10 attributes keeps all ten when dead-lettered (the reason is
+//! then left out, as the CRD docs say), while one with fewer gets its reason packed beside them.
+//!
+//! Without LocalStack it prints SKIPPED and passes.
+
+#[allow(dead_code)]
+#[path = "support/load_metrics.rs"]
+mod load_metrics;
+mod support;
+
+use std::time::Duration;
+
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use support::process::Reader;
+use support::sink_server::SinkServer;
+use support::sqs::Sqs;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// `n` attributes of mixed types: String, Number, Binary and a custom Number type in turn.
+fn attributes(n: usize) -> Vec<(String, MessageAttributeValue)> {
+    (0..n)
+        .map(|i| {
+            let v = match i % 4 {
+                0 => MessageAttributeValue::builder().data_type("String").string_value(format!("s{i}")),
+                1 => MessageAttributeValue::builder().data_type("Number").string_value(format!("{i}.5")),
+                2 => MessageAttributeValue::builder()
+                    .data_type("Binary")
+                    .binary_value(Blob::new(vec![0, 255, i as u8])),
+                _ => MessageAttributeValue::builder().data_type("Number.int").string_value(format!("{i}")),
+            };
+            (format!("a{i}"), v.build().unwrap())
+        })
+        .collect()
+}
+
+fn assert_same(
+    sent: &[(String, MessageAttributeValue)],
+    got: &std::collections::HashMap<String, MessageAttributeValue>,
+) {
+    for (name, value) in sent {
+        let got = got.get(name).unwrap_or_else(|| panic!("attribute {name} lost; got {got:?}"));
+        assert_eq!(got.data_type(), value.data_type(), "{name}");
+        assert_eq!(got.string_value(), value.string_value(), "{name}");
+        assert_eq!(got.binary_value(), value.binary_value(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("attr-src", false, 30).await;
+    let dlq = sqs.queue("attr-dlq", false, 30).await;
+    let out = sqs.queue("attr-out", false, 30).await;
+    // Poison (400 at the http sink) with 10 and with 8 attributes; a good one routed to sqs.
+    let cases = [("poison-ten", 10), ("poison-eight", 8), ("forward-ten", 10)];
+    for (body, n) in cases {
+        let mut send = sqs.client.send_message().queue_url(&queue).message_body(body);
+        for (name, value) in attributes(n) {
+            send = send.message_attributes(name, value);
+        }
+        send.send().await.unwrap();
+    }
+    // Both sinks take every message; the http sink refuses `poison*` (400): dead-lettered.
+    let yaml = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
+         queues: [{{url: '{queue}', endpoint: '{e}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
+         sinks:\n  - {{name: web, http: {{url: 'http://{addr}/'}}}}\n  \
+         - {{name: out, sqs: {{queueUrl: '{out}', endpoint: '{e}'}}}}\n  \
+         deadLetterSink: {{name: dlq, sqs: {{queueUrl: '{dlq}', endpoint: '{e}'}}}}\n",
+        e = sqs.endpoint
+    );
+    let mut reader = Reader::start(&yaml, &[]);
+    let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 60 * SECOND).await;
+    assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
+    let left_out = load_metrics::labelled(
+        reader.admin().await,
+        "sluice_reader_errors_total",
+        &["error_type=\"reason_left_out_at_attribute_limit\""],
+    )
+    .await;
+    assert_eq!(left_out, 1.0, "the left-out reason is counted");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+
+    let forwarded = sqs.drain(&out).await;
+    assert_eq!(forwarded.len(), 3, "the sqs sink forwarded every message");
+    for m in &forwarded {
+        let n = cases.iter().find(|(b, _)| Some(*b) == m.body()).map(|(_, n)| *n).unwrap();
+        let got = m.message_attributes().cloned().unwrap_or_default();
+        assert_eq!(got.len(), n, "{:?}: every attribute forwarded", m.body());
+        assert_same(&attributes(n), &got);
+    }
+    let dead = sqs.drain(&dlq).await;
+    assert_eq!(dead.len(), 2, "both poison messages dead-lettered");
+    for m in &dead {
+        let got = m.message_attributes().cloned().unwrap_or_default();
+        match m.body() {
+            Some("poison-ten") => {
+                assert_eq!(got.len(), 10, "the user's ten attributes, no room for the reason: {got:?}");
+                assert_same(&attributes(10), &got);
+            }
+            Some("poison-eight") => {
+                assert_eq!(got.len(), 9, "eight of the user's and the packed reason: {got:?}");
+                assert_same(&attributes(8), &got);
+                let packed = got["sluice-dead-letter"].string_value().unwrap();
+                let packed: serde_json::Value = serde_json::from_str(packed).unwrap();
+                assert!(packed["reason"].as_str().unwrap().contains("400"), "{packed}");
+                assert_eq!(packed["sourceQueue"], queue.as_str());
+            }
+            other => panic!("unexpected dead letter {other:?}"),
+        }
+    }
+    assert!(
+        reader.stderr().contains("dead-lettered without its sluice-* reason attributes"),
+        "the left-out reason is logged:\n{}",
+        reader.stderr()
+    );
+}

@@ -1,0 +1,88 @@
+//! The SIGTERM drain with the real binary against LocalStack: messages not yet handed to a sink
+//! go back to the queue at once, only deliveries under way are awaited, an idle reader stops
+//! promptly. The measured figures are printed; the bounds asserted are generous (a loaded
+//! machine must not fail them), the figures are what to read.
+//!
+//! Without LocalStack they print SKIPPED and pass.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::process::Reader;
+use support::sink_server::SinkServer;
+use support::sqs::Sqs;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn spec(queue: &str, endpoint: &str, sink_url: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
+         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 20}}\n  \
+         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: 30000, concurrency: 4}}}}]\n  \
+         delivery: {{retry: {{maxAttempts: 1}}}}\n"
+    )
+}
+
+/// Poll (bounded) until at least `visible` messages are visible; the time it took.
+async fn until_visible(sqs: &Sqs, queue: &str, visible: u64, within: Duration) -> (Duration, (u64, u64)) {
+    let started = Instant::now();
+    loop {
+        let counts = sqs.counts(queue).await;
+        if counts.0 >= visible || started.elapsed() >= within {
+            return (started.elapsed(), counts);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn sigterm_releases_unstarted_messages_at_once_and_finishes_those_under_way() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (sink, addr) = SinkServer::start().await;
+    // A long visibility timeout: only an explicit release makes a message visible quickly.
+    let queue = sqs.queue("drain-slow", false, 600).await;
+    let bodies: Vec<(String, Option<String>)> = (0..30).map(|i| (format!("wait-4000-{i}"), None)).collect();
+    sqs.send(&queue, &bodies).await;
+    let mut reader = Reader::start(
+        &spec(&queue, &sqs.endpoint, &format!("http://{addr}/")),
+        &["--shutdown-deadline-seconds=30"],
+    );
+    let received = reader.wait_metric("sluice_reader_received_messages_total", 30.0, 30 * SECOND).await;
+    assert_eq!(received, 30.0, "stderr:\n{}", reader.stderr());
+    // Four requests are on the wire (concurrency 4), 26 messages wait for a permit.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopped = Instant::now();
+    reader.sigterm();
+    let (released_after, counts) = until_visible(&sqs, &queue, 26, 10 * SECOND).await;
+    println!(
+        "drain: {} of 30 visible again {released_after:?} after SIGTERM (in flight {})",
+        counts.0, counts.1
+    );
+    assert!(counts.0 >= 26, "the 26 unstarted messages are released: {counts:?}\n{}", reader.stderr());
+    assert!(released_after < 5 * SECOND, "released long after SIGTERM: {released_after:?}");
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    let exited_after = stopped.elapsed();
+    println!("drain: exited {exited_after:?} after SIGTERM (deliveries under way take 4 s)");
+    let delivered = sink.received().len();
+    assert_eq!(delivered, 4, "the deliveries under way were finished, nothing else was started");
+    let settled = sqs.wait_counts(&queue, (26, 0), 5 * SECOND).await;
+    assert_eq!(settled, (26, 0), "the four delivered were deleted, the rest are visible");
+}
+
+#[tokio::test]
+async fn an_idle_reader_exits_promptly_on_sigterm() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("drain-idle", false, 30).await;
+    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/")), &[]);
+    reader.admin().await;
+    // Let the pollers start their long polls (20 s) on the empty queue.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stopped = Instant::now();
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    let exited_after = stopped.elapsed();
+    println!("drain: idle reader exited {exited_after:?} after SIGTERM");
+    assert!(exited_after < 3 * SECOND, "an idle reader stops promptly: {exited_after:?}");
+}
