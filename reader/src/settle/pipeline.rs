@@ -162,6 +162,11 @@ impl Pipeline {
                 };
                 match (verdict, receipt) {
                     (Verdict::Delete, Some(receipt)) => self.acker.delete(*ticket, receipt),
+                    // A failed delivery comes back later (growing with its receive count); a
+                    // failOnError stop gives the message back at once for whoever runs next.
+                    (Verdict::Release, Some(receipt)) => {
+                        self.acker.retry_later(*ticket, receipt, item.record.receive_count)
+                    }
                     (_, Some(receipt)) => self.acker.release(*ticket, receipt),
                     (_, None) => {}
                 }
