@@ -84,3 +84,39 @@ async fn a_missing_dead_letter_queue_backs_off_until_it_exists() {
     assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
     assert_eq!(sqs.drain(&dlq).await.len(), 3, "nothing is lost");
 }
+
+#[tokio::test]
+async fn a_missing_bucket_backs_off_until_it_exists() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let queue = sqs.queue("e1-nobucket", false, 30).await;
+    let bucket = format!("e1-nobucket-{}", fastrand::u64(..));
+    sqs.send(&queue, &[("one".into(), None), ("two".into(), None), ("three".into(), None)]).await;
+    let yaml = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
+         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
+         sinks: [{{name: out, s3: {{bucket: '{bucket}', endpoint: '{endpoint}'}}}}]\n  \
+         delivery: {{retry: {{maxAttempts: 1}}}}\n",
+        endpoint = sqs.endpoint
+    );
+    let mut reader = Reader::start(&yaml, &[]);
+    reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
+    tokio::time::sleep(FAULT).await;
+    let received = reader.metric("sluice_reader_received_messages_total").await;
+    println!("missing bucket: {received} receives of 3 messages in {FAULT:?}");
+    assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
+
+    // The fault is removed: every message is written and deleted on its next receive.
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(&sqs.endpoint)
+        .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "tests"))
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(config).create_bucket().bucket(&bucket).send().await.unwrap();
+    let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 50 * SECOND).await;
+    assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
+    reader.sigterm();
+    assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0), "nothing is lost");
+}
