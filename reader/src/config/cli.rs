@@ -22,7 +22,11 @@ pub enum LogFormat {
 
 /// Sluice reader: moves messages from Amazon SQS to sinks, deleting only what is safely delivered.
 #[derive(Debug, Parser)]
-#[command(name = "sluice-reader", version)]
+#[command(
+    name = "sluice-reader",
+    version,
+    after_help = "Exit codes:\n  0  clean stop (SIGTERM or SIGINT, drained)\n  1  anything else (a crash, the admin port taken)\n  2  configuration the user must edit; the message names the field\n  3  stopped by failOnError (a rejected message; it stays in the source queue)\nAn unreachable endpoint is an outage, not a configuration error: the reader retries it with backoff\nwhile /readyz answers 503."
+)]
 pub struct Args {
     /// SqsSource YAML (apiVersion/kind/metadata/spec) to run.
     #[arg(long, env = "SLUICE_SOURCE_FILE")]
