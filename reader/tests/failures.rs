@@ -45,6 +45,11 @@ async fn a_permanently_rejecting_sink_is_retried_on_the_backoff_schedule() {
     println!("rejecting sink: {received} receives of 3 messages in {FAULT:?}");
     assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
     assert!(received >= 6.0, "each message was tried again: {received}");
+    let warnings =
+        reader.stderr().lines().filter(|l| l.contains("WARN") && l.contains("sink web rejected")).count();
+    println!("rejecting sink: {warnings} WARN lines for {received} rejections");
+    // The first at once, then at most one per 10 s: 4 in 30 s and the wait before it.
+    assert!((1..=5).contains(&warnings), "{warnings} WARN lines; stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
     let (visible, in_flight) = sqs.counts(&queue).await;

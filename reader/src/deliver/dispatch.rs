@@ -14,6 +14,7 @@ use futures::future::join_all;
 
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
+use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::{Outcome, Sinks};
 
@@ -132,8 +133,14 @@ impl Dispatcher {
                 });
                 match &outcome {
                     Outcome::Delivered => delivered += 1,
-                    Outcome::Rejected { .. } => self.metrics.error("deliver", "rejected"),
-                    Outcome::Failed { .. } => self.metrics.error("deliver", "failed"),
+                    Outcome::Rejected { reason } => {
+                        self.metrics.error("deliver", "rejected");
+                        warnings::delivery_failed(name, "rejected", reason);
+                    }
+                    Outcome::Failed { reason } => {
+                        self.metrics.error("deliver", "failed");
+                        warnings::delivery_failed(name, "failed", reason);
+                    }
                 }
                 outcomes[i].push(outcome);
             }
