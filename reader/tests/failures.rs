@@ -103,11 +103,16 @@ async fn a_missing_bucket_backs_off_until_it_exists() {
          delivery: {{retry: {{maxAttempts: 1}}}}\n",
         endpoint = sqs.endpoint
     );
-    let mut reader = Reader::start(&yaml, &[]);
+    let mut reader = Reader::start(&yaml, &["--unready-after-seconds=5"]);
     reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
     tokio::time::sleep(FAULT).await;
     let received = reader.metric("sluice_reader_received_messages_total").await;
     println!("missing bucket: {received} receives of 3 messages in {FAULT:?}");
+    assert!(
+        !ready(&mut reader).await,
+        "not ready after 5 s without a delivery; stderr:\n{}",
+        reader.stderr()
+    );
     assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
 
     // The fault is removed: every message is written and deleted on its next receive.
@@ -121,7 +126,21 @@ async fn a_missing_bucket_backs_off_until_it_exists() {
     aws_sdk_s3::Client::from_conf(config).create_bucket().bucket(&bucket).send().await.unwrap();
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 50 * SECOND).await;
     assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
+    let mut ready_again = false;
+    for _ in 0..50 {
+        ready_again = ready(&mut reader).await;
+        if ready_again {
+            break;
+        }
+        tokio::time::sleep(SECOND / 10).await;
+    }
+    assert!(ready_again, "ready again once deliveries succeed; stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
     assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0), "nothing is lost");
+}
+
+async fn ready(reader: &mut Reader) -> bool {
+    let admin = reader.admin().await;
+    reqwest::get(format!("http://{admin}/readyz")).await.unwrap().status().is_success()
 }

@@ -48,6 +48,10 @@ pub struct Args {
     #[arg(long, default_value_t = 20)]
     pub shutdown_deadline_seconds: u64,
 
+    /// /readyz answers 503 while deliveries fail and none has succeeded for this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub unready_after_seconds: u64,
+
     /// Log format on stderr (filter with RUST_LOG).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -63,6 +67,7 @@ impl Args {
             admin_addr: self.admin_addr.clone(),
             admin_addr_file: self.admin_addr_file.clone(),
             shutdown_deadline: Duration::from_secs(self.shutdown_deadline_seconds),
+            unready_after: Duration::from_secs(self.unready_after_seconds),
             reader_id,
             coordination: match self.coordination {
                 CoordinationArg::Standalone => Coordination::Standalone,

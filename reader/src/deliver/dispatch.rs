@@ -16,6 +16,7 @@ use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
 use crate::process::warnings;
 use crate::record::Record;
+use crate::sink::health;
 use crate::sink::{Outcome, Sinks};
 
 /// What the ledger does with one message.
@@ -132,12 +133,17 @@ impl Dispatcher {
                     ),
                 });
                 match &outcome {
-                    Outcome::Delivered => delivered += 1,
+                    Outcome::Delivered => {
+                        delivered += 1;
+                        health::delivered();
+                    }
                     Outcome::Rejected { reason } => {
+                        health::failed();
                         self.metrics.error("deliver", "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
                     Outcome::Failed { reason } => {
+                        health::failed();
                         self.metrics.error("deliver", "failed");
                         warnings::delivery_failed(name, "failed", reason);
                     }

@@ -74,6 +74,7 @@ pub async fn start(
         return Ok(None);
     };
     admin.set_ready(true);
+    watch_readiness(admin.clone(), stop.clone(), options.unready_after);
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
 
     // Exactly-once: join the checkpoint protocol before the first receive (a cluster reader
@@ -204,4 +205,32 @@ async fn connect_queues(
             () = stop.stopped() => return Ok(None),
         }
     }
+}
+
+/// Every second: not ready while deliveries fail and none succeeded for `after`, ready again on
+/// the next success. Leaves readiness alone once the reader stops (the drain owns it then).
+fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
+    tokio::spawn(async move {
+        let mut was_stalled = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = stop.stopped() => return,
+            }
+            let stalled = sink::health::stalled(after);
+            if stalled != was_stalled {
+                if stalled {
+                    tracing::warn!(
+                        seconds = after.as_secs(),
+                        "no delivery succeeded for {} s while deliveries fail: not ready",
+                        after.as_secs()
+                    );
+                } else {
+                    tracing::info!("deliveries succeed again: ready");
+                }
+                admin.set_ready(!stalled);
+                was_stalled = stalled;
+            }
+        }
+    });
 }
