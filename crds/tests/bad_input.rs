@@ -43,6 +43,12 @@ fn an_out_of_range_value_is_named_with_its_limit() {
 }
 
 #[test]
+fn a_negative_rate_is_given_one_bound() {
+    let text = MINIMAL.replace("spec:\n", "spec:\n  rateLimit:\n    messagesPerSecond: -1\n");
+    assert_eq!(yaml_error(&text), "spec.rateLimit.messagesPerSecond: must be >= 1 (got -1)");
+}
+
+#[test]
 fn an_unknown_field_is_named_with_its_path_and_a_suggestion() {
     let text = MINIMAL.replace("spec:\n", "spec:\n  receive:\n    maxMessage: 5\n");
     let err = yaml_error(&text);

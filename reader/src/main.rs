@@ -39,9 +39,12 @@ async fn main() -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // Printed once: as a JSON log record when logs are JSON, else as one plain line.
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("sluice-reader: {e}");
+            match args.log_format {
+                LogFormat::Json => tracing::error!("{e}"),
+                LogFormat::Text => eprintln!("sluice-reader: {e}"),
+            }
             e.to_exit()
         }
     }

@@ -1,5 +1,5 @@
 //! Bad configuration ends the reader with exit 2 and a message naming the field, before it
-//! touches any queue.
+//! touches any queue; an unreachable endpoint does not (it is an outage).
 
 mod support;
 
@@ -29,10 +29,30 @@ async fn a_malformed_queue_url_is_named() {
     exits_2_naming(&spec("[{url: 'queue please'}]", "[{name: l, log: {}}]"), "spec.queues[0].url").await;
 }
 
+/// An endpoint that does not answer is an outage, not a mistake in the spec: the reader stays up,
+/// not ready, names the field in a WARN line, tries again, and stops cleanly when told.
 #[tokio::test]
-async fn an_unreachable_endpoint_is_named() {
+async fn an_unreachable_endpoint_is_retried_while_not_ready() {
     let yaml = spec(&format!("[{{url: '{QUEUE}', endpoint: 'http://127.0.0.1:9'}}]"), "[{name: l, log: {}}]");
-    exits_2_naming(&yaml, "spec.queues[0].endpoint").await;
+    let mut reader = Reader::start(&yaml, &[]);
+    let mut warnings = 0;
+    for _ in 0..200 {
+        warnings = reader
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("spec.queues[0].endpoint"))
+            .count();
+        if warnings >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(warnings >= 2, "tried again with a WARN line naming the field:\n{}", reader.stderr());
+    let admin = reader.admin().await;
+    let ready = reqwest::get(format!("http://{admin}/readyz")).await.unwrap().status();
+    assert!(!ready.is_success(), "/readyz answered {ready} during the outage");
+    reader.sigterm();
+    assert_eq!(reader.exit_code(Duration::from_secs(10)).await, 0, "stderr:\n{}", reader.stderr());
 }
 
 #[tokio::test]

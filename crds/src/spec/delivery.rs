@@ -38,7 +38,9 @@ pub struct DeliverySpec {
     pub checkpoint_interval_seconds: Option<i32>,
     /// On a message that fails every retry: true stops the reader (exit code 3, nothing
     /// undelivered is deleted); false sends it to `deadLetterSink`, if one is set, and goes on.
-    /// Default false.
+    /// A message that no dead-letter sink took (none set, or it failed) goes back to the queue
+    /// after a delay that grows with its receive count: 1 s after the first receive, doubling, at
+    /// most 300 s (so at most 5 receives in 30 s). Default false.
     #[serde(default)]
     pub fail_on_error: bool,
     /// How failed sink deliveries are retried. Default: exponential, 5 attempts, 100 ms to 10 s,

@@ -157,6 +157,7 @@ fn check_enum(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violation
 
 fn check_number(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violation>) {
     let Some(n) = value.as_f64() else { return };
+    let found = out.len();
     if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
         && n < min
     {
@@ -166,6 +167,11 @@ fn check_number(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violati
         && n > max
     {
         out.push(Violation::new(path, format!("must be <= {} (got {value})", plain(max))));
+    }
+    // One bound per value: the schema's own bound is the one a user can act on; the type's range
+    // is named only when no schema bound was broken.
+    if out.len() > found {
+        return;
     }
     if let Some((lo, hi)) = schema.get("format").and_then(Value::as_str).and_then(format_range) {
         let fits = match value.as_i64() {

@@ -1,9 +1,10 @@
 //! The queues this reader consumes, reached and checked before anything is received.
 //!
-//! Why check at start: a wrong URL, an unreachable endpoint or missing permissions would
-//! otherwise show up as a poller retrying forever. GetQueueAttributes with a short timeout turns
-//! them into a configuration error naming the field (exit 2), and tells us the queue's own
-//! visibility timeout, which the heartbeat needs when the spec does not set one.
+//! Why check at start: a wrong URL or missing permissions would otherwise show up as a poller
+//! retrying forever. GetQueueAttributes with a short timeout turns them into a configuration error
+//! naming the field (exit 2), and tells us the queue's own visibility timeout, which the heartbeat
+//! needs when the spec does not set one. An endpoint that does not answer is an outage, not a
+//! mistake: it is answered as [`Error::Outage`], which the start retries with backoff.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,8 @@ pub struct Queue {
     pub visibility: Duration,
 }
 
-/// Reach every queue in the spec; the first that fails ends the start with a config error.
+/// Reach every queue in the spec; the first that fails ends this attempt with a config error
+/// (SQS answered: fix the spec) or an outage (no answer: try again).
 pub async fn connect(
     settings: &Settings,
     clients: &mut SqsClients,
@@ -100,7 +102,7 @@ fn unreachable(q: &QueueSettings, message: String) -> Error {
         (None, QueueLocation::Url(_)) => format!("{}.url", q.field()),
         (None, QueueLocation::Name(_)) => format!("{}.region", q.field()),
     };
-    Error::config(field, format!("queue unreachable: {message}"))
+    Error::Outage { field, message: format!("queue unreachable: {message}") }
 }
 
 /// SQS answered, but not for this queue (missing, no permission, bad name).

@@ -22,7 +22,11 @@ pub enum LogFormat {
 
 /// Sluice reader: moves messages from Amazon SQS to sinks, deleting only what is safely delivered.
 #[derive(Debug, Parser)]
-#[command(name = "sluice-reader", version)]
+#[command(
+    name = "sluice-reader",
+    version,
+    after_help = "Exit codes:\n  0  clean stop (SIGTERM or SIGINT, drained)\n  1  anything else (a crash, the admin port taken)\n  2  configuration the user must edit; the message names the field\n  3  stopped by failOnError (a rejected message; it stays in the source queue)\nAn unreachable endpoint is an outage, not a configuration error: the reader retries it with backoff\nwhile /readyz answers 503."
+)]
 pub struct Args {
     /// SqsSource YAML (apiVersion/kind/metadata/spec) to run.
     #[arg(long, env = "SLUICE_SOURCE_FILE")]
@@ -44,6 +48,10 @@ pub struct Args {
     #[arg(long, default_value_t = 20)]
     pub shutdown_deadline_seconds: u64,
 
+    /// /readyz answers 503 while deliveries fail and none has succeeded for this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub unready_after_seconds: u64,
+
     /// Log format on stderr (filter with RUST_LOG).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -59,6 +67,7 @@ impl Args {
             admin_addr: self.admin_addr.clone(),
             admin_addr_file: self.admin_addr_file.clone(),
             shutdown_deadline: Duration::from_secs(self.shutdown_deadline_seconds),
+            unready_after: Duration::from_secs(self.unready_after_seconds),
             reader_id,
             coordination: match self.coordination {
                 CoordinationArg::Standalone => Coordination::Standalone,

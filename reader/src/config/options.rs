@@ -17,6 +17,8 @@ pub struct Options {
     pub admin_addr: String,
     pub admin_addr_file: Option<PathBuf>,
     pub shutdown_deadline: Duration,
+    /// Not ready while deliveries fail and none has succeeded for this long.
+    pub unready_after: Duration,
     /// Pod name in a cluster; any stable name standalone.
     pub reader_id: String,
     pub coordination: Coordination,

@@ -15,8 +15,10 @@ use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
+use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::dead_letter::leaves_context_out;
+use crate::sink::health;
 use crate::sink::{Outcome, Sinks};
 
 /// What the ledger does with one message.
@@ -186,9 +188,20 @@ impl Dispatcher {
                     ),
                 });
                 match &outcome {
-                    Outcome::Delivered => delivered += 1,
-                    Outcome::Rejected { .. } => self.metrics.error("deliver", "rejected"),
-                    Outcome::Failed { .. } => self.metrics.error("deliver", "failed"),
+                    Outcome::Delivered => {
+                        delivered += 1;
+                        health::delivered();
+                    }
+                    Outcome::Rejected { reason } => {
+                        health::failed();
+                        self.metrics.error("deliver", "rejected");
+                        warnings::delivery_failed(name, "rejected", reason);
+                    }
+                    Outcome::Failed { reason } => {
+                        health::failed();
+                        self.metrics.error("deliver", "failed");
+                        warnings::delivery_failed(name, "failed", reason);
+                    }
                 }
                 outcomes[i].push(outcome);
             }

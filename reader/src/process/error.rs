@@ -15,6 +15,12 @@ pub enum Error {
     #[error("invalid configuration: {field}: {message}")]
     Config { field: String, message: String },
 
+    /// A target could not be reached (network, endpoint down, throttled): an outage, not a
+    /// mistake in the spec. Retried with backoff while the reader reports not ready; exit 1 only
+    /// if it ends the process some other way.
+    #[error("{field}: {message}")]
+    Outage { field: String, message: String },
+
     /// A rejected record with `failOnError: true`.
     #[error("stopped by failOnError: message {message_id} was rejected: {reason}")]
     FailOnError { message_id: String, reason: String },
@@ -36,7 +42,7 @@ impl Error {
         match self {
             Error::Config { .. } => 2,
             Error::FailOnError { .. } => 3,
-            Error::Admin(_) | Error::Other(_) => 1,
+            Error::Outage { .. } | Error::Admin(_) | Error::Other(_) => 1,
         }
     }
 
@@ -56,6 +62,9 @@ mod tests {
         let stopped = Error::FailOnError { message_id: "m".into(), reason: "HTTP 400".into() };
         assert_eq!(stopped.exit_code(), 3);
         assert_eq!(Error::Other("boom".into()).exit_code(), 1);
+        let outage =
+            Error::Outage { field: "spec.queues[0].endpoint".into(), message: "queue unreachable".into() };
+        assert_eq!(outage.exit_code(), 1, "an outage is never a configuration error");
         assert_eq!(
             Error::config("spec.queues[0].url", "not a URL").to_string(),
             "invalid configuration: spec.queues[0].url: not a URL"

@@ -1,5 +1,5 @@
 //! What every stage shares as a process: the error type and exit codes, the stop signal, metrics,
-//! the admin server, the clock and the retry backoff.
+//! the admin server, the clock, the retry backoff and rate-limited WARN lines.
 
 pub mod admin;
 pub mod backoff;
@@ -7,3 +7,4 @@ pub mod error;
 pub mod metrics;
 pub mod signals;
 pub mod stop;
+pub mod warnings;

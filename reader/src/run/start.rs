@@ -18,6 +18,7 @@ use crate::exactly_once::{Driver, EpochGate, EpochWorker};
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::poller::Poller;
 use crate::process::admin::Admin;
+use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
@@ -29,6 +30,9 @@ use crate::sink::{self, SinkContext, Sinks};
 
 /// How long GetQueueAttributes may take at start before the endpoint counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Backoff between attempts to reach an unreachable queue at start.
+const FIRST_CONNECT_RETRY: Duration = Duration::from_secs(1);
+const LONGEST_CONNECT_RETRY: Duration = Duration::from_secs(30);
 /// Work in the air per poller, in receive batches.
 const BATCHES_PER_POLLER: usize = 4;
 
@@ -67,11 +71,11 @@ pub async fn start(
         sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
             .map_err(|e| Error::config(e.field, e.message))?;
     let mut clients = SqsClients::new(sdk);
-    let queues = tokio::select! {
-        connected = queue::connect(settings, &mut clients, CONNECT_TIMEOUT) => connected?,
-        () = stop.stopped() => return Ok(None),
+    let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
+        return Ok(None);
     };
     admin.set_ready(true);
+    watch_readiness(admin.clone(), stop.clone(), options.unready_after);
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
 
     // Exactly-once: join the checkpoint protocol before the first receive (a cluster reader
@@ -173,4 +177,61 @@ fn spawn_pollers(
         }
     }
     pollers
+}
+
+/// Reach the source's queues. A configuration error ends the start (exit 2); an outage is retried
+/// with backoff, one WARN line per attempt, while `/readyz` stays false. `None` if `stop` came first.
+async fn connect_queues(
+    settings: &Settings,
+    clients: &mut SqsClients,
+    stop: &Stop,
+    metrics: &Metrics,
+) -> Result<Option<Vec<Arc<Queue>>>> {
+    let mut delays = backoff(FIRST_CONNECT_RETRY, LONGEST_CONNECT_RETRY);
+    loop {
+        let attempt = tokio::select! {
+            connected = queue::connect(settings, clients, CONNECT_TIMEOUT) => connected,
+            () = stop.stopped() => return Ok(None),
+        };
+        let outage = match attempt {
+            Ok(queues) => return Ok(Some(queues)),
+            Err(outage @ Error::Outage { .. }) => outage,
+            Err(other) => return Err(other),
+        };
+        metrics.error("start", "unreachable");
+        let wait = delays.next().unwrap_or(LONGEST_CONNECT_RETRY);
+        tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{outage}; not ready, trying again");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = stop.stopped() => return Ok(None),
+        }
+    }
+}
+
+/// Every second: not ready while deliveries fail and none succeeded for `after`, ready again on
+/// the next success. Leaves readiness alone once the reader stops (the drain owns it then).
+fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
+    tokio::spawn(async move {
+        let mut was_stalled = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = stop.stopped() => return,
+            }
+            let stalled = sink::health::stalled(after);
+            if stalled != was_stalled {
+                if stalled {
+                    tracing::warn!(
+                        seconds = after.as_secs(),
+                        "no delivery succeeded for {} s while deliveries fail: not ready",
+                        after.as_secs()
+                    );
+                } else {
+                    tracing::info!("deliveries succeed again: ready");
+                }
+                admin.set_ready(!stalled);
+                was_stalled = stalled;
+            }
+        }
+    });
 }

@@ -1,5 +1,7 @@
 //! The acker: turns the ledger's verdicts into DeleteMessageBatch and ChangeMessageVisibilityBatch
-//! (visibility 0) calls, ten receipts a call.
+//! calls, ten receipts a call. A message never tried goes back at once (visibility 0); one whose
+//! delivery failed comes back after a delay that grows with its receive count (see
+//! `ledger::redelivery_delay`), so a lasting fault never turns into a hot loop.
 //!
 //! Why batched with a linger: a delete per message would double the requests SQS sees; waiting a
 //! few milliseconds for a batch to fill costs nothing a consumer could notice. Failed entries are
@@ -20,7 +22,7 @@ use crate::aws::error_type;
 use crate::aws::queue::Queue;
 use crate::process::backoff::backoff;
 use crate::process::metrics::Metrics;
-use crate::settle::ledger::{Ledger, Receipt, Ticket};
+use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
 /// SQS's limit on entries per batch call.
 pub const BATCH: usize = 10;
@@ -34,7 +36,19 @@ const MAX_CALLS_IN_FLIGHT: usize = 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Kind {
     Delete,
-    Release,
+    /// Change the visibility to this many seconds (0: at once).
+    Release {
+        after_secs: i32,
+    },
+}
+
+impl Kind {
+    fn stage(self) -> &'static str {
+        match self {
+            Kind::Delete => "delete",
+            Kind::Release { .. } => "release",
+        }
+    }
 }
 
 enum Command {
@@ -67,8 +81,16 @@ impl Acker {
         let _ = self.tx.send(Command::Settle(Kind::Delete, ticket, receipt));
     }
 
+    /// Give back a message that was never tried: visible again at once.
     pub fn release(&self, ticket: Ticket, receipt: Receipt) {
-        let _ = self.tx.send(Command::Settle(Kind::Release, ticket, receipt));
+        let _ = self.tx.send(Command::Settle(Kind::Release { after_secs: 0 }, ticket, receipt));
+    }
+
+    /// Give back a message whose delivery failed on its `receive_count`-th receive: visible again
+    /// after the redelivery delay for that count.
+    pub fn retry_later(&self, ticket: Ticket, receipt: Receipt, receive_count: u32) {
+        let after_secs = i32::try_from(redelivery_delay(receive_count).as_secs()).unwrap_or(i32::MAX);
+        let _ = self.tx.send(Command::Settle(Kind::Release { after_secs }, ticket, receipt));
     }
 
     /// Delete these receipts at once (batched by queue, retried like every delete) and answer the
@@ -191,10 +213,7 @@ async fn settle_with_retries(
     queue: usize,
     mut batch: Vec<(Ticket, Receipt)>,
 ) -> Vec<Ticket> {
-    let stage = match kind {
-        Kind::Delete => "delete",
-        Kind::Release => "release",
-    };
+    let stage = kind.stage();
     // The attempts are counted here, not by a retry wrapper: each one sends only the entries
     // that failed before.
     let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
@@ -243,12 +262,12 @@ async fn call(shared: &Shared, kind: Kind, queue: usize, batch: &[(Ticket, Recei
                 .map(|out| out.failed)
                 .map_err(|e| error_type(&e))
         }
-        Kind::Release => {
+        Kind::Release { after_secs } => {
             let entries = batch.iter().map(|(t, r)| {
                 ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(t.to_string())
                     .receipt_handle(&r.handle)
-                    .visibility_timeout(0)
+                    .visibility_timeout(after_secs)
                     .build()
             });
             q.client
@@ -261,7 +280,7 @@ async fn call(shared: &Shared, kind: Kind, queue: usize, batch: &[(Ticket, Recei
                 .map_err(|e| error_type(&e))
         }
     };
-    let stage = if kind == Kind::Delete { "delete" } else { "release" };
+    let stage = kind.stage();
     match result {
         Ok(failed) => failed
             .into_iter()
@@ -284,7 +303,7 @@ fn finish(shared: &Shared, kind: Kind, done: &[Ticket]) {
     }
     match kind {
         Kind::Delete => shared.metrics.deleted.inc_by(done.len() as u64),
-        Kind::Release => shared.metrics.released.inc_by(done.len() as u64),
+        Kind::Release { .. } => shared.metrics.released.inc_by(done.len() as u64),
     };
     forget(shared, done);
 }

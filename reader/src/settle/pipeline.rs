@@ -179,6 +179,12 @@ impl Pipeline {
                 };
                 match (verdict, receipt) {
                     (Verdict::Delete, Some(receipt)) => self.acker.delete(*ticket, receipt),
+                    // A failed delivery comes back later (growing with its receive count). Once the
+                    // reader is stopping, a release is a hand-back (a record the sinks never started,
+                    // or a failOnError stop): at once, for whoever runs next.
+                    (Verdict::Release, Some(receipt)) if !self.stop.token().is_cancelled() => {
+                        self.acker.retry_later(*ticket, receipt, item.record.receive_count)
+                    }
                     (_, Some(receipt)) => self.acker.release(*ticket, receipt),
                     (_, None) => {}
                 }

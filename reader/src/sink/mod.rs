@@ -21,6 +21,7 @@ pub mod cloudevents;
 pub mod dead_letter;
 mod epochs;
 mod error;
+pub mod health;
 pub mod http;
 #[cfg(test)]
 mod http_tests;

@@ -6,12 +6,14 @@
 //! without handles; the pipeline reports outcomes; the ledger answers with the receipts to
 //! delete, to release, or to extend. It does no I/O, so every rule is tested without a network.
 
+mod backoff;
 mod policy;
 mod seen;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+pub use backoff::{LONGEST_REDELIVERY_DELAY, redelivery_delay};
 pub use policy::DeletePolicy;
 pub use seen::SeenIds;
 
