@@ -95,7 +95,6 @@ async fn coordinate(client: Client, metrics: Metrics, shutdown: CancellationToke
     }
 }
 
-
 async fn tick(
     client: &Client,
     recorder: &Recorder,

@@ -90,10 +90,7 @@ mod tests {
 
     #[test]
     fn deployment_patch_names_only_replicas() {
-        assert_eq!(
-            deployment_replicas(7),
-            json!({ "spec": { "replicas": 7 } })
-        );
+        assert_eq!(deployment_replicas(7), json!({ "spec": { "replicas": 7 } }));
     }
 
     #[test]

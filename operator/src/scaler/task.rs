@@ -115,7 +115,8 @@ pub async fn tick(
         if up && publish {
             publish_replicas(ctx, source, state, decision.desired).await?;
         }
-        let params = PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
+        let params =
+            PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
         let body = apply::deployment_replicas(decision.desired);
         deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
         if !up && publish {

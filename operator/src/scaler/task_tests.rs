@@ -206,10 +206,7 @@ async fn burst_scales_up_publishing_replicas_before_the_deployment_grows() {
     );
     assert_eq!(seen[2].1["data"], json!({ "replicas": "9" }));
     assert_eq!(seen[2].1["metadata"]["ownerReferences"][0]["uid"], "u-1");
-    assert_eq!(
-        seen[3].1,
-        json!({ "spec": { "replicas": 9 } })
-    );
+    assert_eq!(seen[3].1, json!({ "spec": { "replicas": 9 } }));
     let status = &seen[4].1["status"];
     assert_eq!(status["desiredReplicas"], 9);
     assert_eq!(status["queue"]["visible"], 4000, "summed over both queues");

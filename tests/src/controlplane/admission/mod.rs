@@ -47,6 +47,21 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
+    /// The garbage collector's identity: its deletes of dependents are the control plane's own, made
+    /// whoever's write orphaned them (a policy that denies a reader deletes must not stop them).
+    pub fn garbage_collector() -> Self {
+        Self {
+            username: "system:serviceaccount:kube-system:generic-garbage-collector".to_owned(),
+            uid: String::new(),
+            groups: vec![
+                "system:serviceaccounts".to_owned(),
+                "system:serviceaccounts:kube-system".to_owned(),
+                "system:authenticated".to_owned(),
+            ],
+            extra: BTreeMap::new(),
+        }
+    }
+
     /// The identity of a request without a token: the cluster administrator, as the kubeconfig that
     /// the control plane writes (no user) has always been treated.
     pub fn admin() -> Self {

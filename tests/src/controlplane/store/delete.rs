@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::{EventType, ObjKey, Store, Subresource, TypeKey, is_crd, meta_mut, meta_str, present};
-use crate::controlplane::admission::Operation;
+use crate::controlplane::admission::{Operation, UserInfo};
 use crate::controlplane::clock::now_rfc3339;
 use crate::controlplane::error::{ApiError, Result};
 use crate::controlplane::registry::ResourceType;
@@ -155,11 +155,20 @@ impl Store {
             if orphans.is_empty() {
                 return;
             }
+            let mut collected = 0;
             for (tk, (ns, name)) in orphans {
                 if let Some(rt) = self.type_of(&tk) {
-                    // The object exists (collected above under the same lock): delete cannot fail.
-                    let _ = self.delete(&rt, &ns, &name, Propagation::Background, None);
+                    // As the collector, not as the caller whose write orphaned the object.
+                    let gc = UserInfo::garbage_collector();
+                    if self.as_user(gc, |s| s.delete(&rt, &ns, &name, Propagation::Background, None)).is_ok()
+                    {
+                        collected += 1;
+                    }
                 }
+            }
+            // A pass that removed nothing would repeat forever (under the store lock): stop.
+            if collected == 0 {
+                return;
             }
         }
     }
@@ -168,7 +177,8 @@ impl Store {
         let deps = self.dependents(uid);
         for (tk, (ns, name)) in deps {
             if let Some(rt) = self.type_of(&tk) {
-                let _ = self.delete(&rt, &ns, &name, Propagation::Foreground, None);
+                let gc = UserInfo::garbage_collector();
+                let _ = self.as_user(gc, |s| s.delete(&rt, &ns, &name, Propagation::Foreground, None));
             }
         }
     }
@@ -181,7 +191,9 @@ impl Store {
             if let Some(Value::Array(refs)) = new.pointer_mut("/metadata/ownerReferences") {
                 refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
             }
-            let _ = self.commit_update(&rt, &ns, &name, old, new, super::Subresource::Main);
+            let gc = UserInfo::garbage_collector();
+            let _ =
+                self.as_user(gc, |s| s.commit_update(&rt, &ns, &name, old, new, super::Subresource::Main));
         }
     }
 
