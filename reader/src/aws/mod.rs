@@ -18,12 +18,13 @@ use crate::config::settings::CredentialSettings;
 pub mod queue;
 
 /// The default chain (environment, profile, web identity, Pod Identity, IMDS), optionally
-/// assuming a role on top of it.
-pub async fn load_sdk_config(credentials: &CredentialSettings, session_name: &str) -> SdkConfig {
+/// assuming a role on top of it, in a session named by the spec or else `reader_id`.
+pub async fn load_sdk_config(credentials: &CredentialSettings, reader_id: &str) -> SdkConfig {
     let base = aws_config::defaults(BehaviorVersion::latest()).load().await;
     match credentials {
         CredentialSettings::DefaultChain => base,
-        CredentialSettings::AssumeRole { role_arn, external_id } => {
+        CredentialSettings::AssumeRole { role_arn, external_id, session_name } => {
+            let session_name = session_name.as_deref().unwrap_or(reader_id);
             let mut builder =
                 aws_config::sts::AssumeRoleProvider::builder(role_arn).session_name(session_name);
             if let Some(id) = external_id {

@@ -79,6 +79,9 @@ pub enum CredentialSettings {
     AssumeRole {
         role_arn: String,
         external_id: Option<String>,
+        /// `spec.credentials.sessionName`; absent, the reader's id (its pod), so CloudTrail shows
+        /// which reader made a call.
+        session_name: Option<String>,
     },
 }
 
@@ -221,6 +224,7 @@ fn credentials(spec: &SqsSourceSpec) -> Result<CredentialSettings> {
             Some(arn) if arn.starts_with("arn:") => Ok(CredentialSettings::AssumeRole {
                 role_arn: arn.clone(),
                 external_id: c.external_id.clone(),
+                session_name: c.session_name.clone(),
             }),
             Some(arn) => Err(Error::config("spec.credentials.roleArn", format!("{arn:?} is not an ARN"))),
             None => Err(Error::config("spec.credentials.roleArn", "is required with source AssumeRole")),

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
+use super::secret_file::{self, SecretHeader};
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
@@ -37,6 +38,8 @@ pub struct HttpSink {
     url: Url,
     event_type: String,
     extra_headers: HeaderMap,
+    /// Headers whose values come from mounted Secret files (`secretRefs.headers`).
+    secret_headers: Vec<SecretHeader>,
     limit: Semaphore,
     timeout: Duration,
     policy: RetryPolicy,
@@ -48,6 +51,16 @@ pub struct HttpSink {
 impl HttpSink {
     /// Errors name the offending field relative to the sink (`http.url`, `http.headers.X`).
     pub fn new(name: &str, spec: &HttpSinkSpec, policy: RetryPolicy) -> Result<Self, SinkBuildError> {
+        Self::with_secrets_in(name, spec, policy, &secret_file::secrets_dir())
+    }
+
+    /// The same, reading `secretRefs` keys below `secrets_dir` (`<dir>/<secret>/<key>`).
+    pub fn with_secrets_in(
+        name: &str,
+        spec: &HttpSinkSpec,
+        policy: RetryPolicy,
+        secrets_dir: &std::path::Path,
+    ) -> Result<Self, SinkBuildError> {
         let url = parse_http_url(&spec.url).map_err(|m| SinkBuildError::new("http.url", m))?;
         let mut extra_headers = HeaderMap::new();
         for (key, value) in &spec.headers {
@@ -65,9 +78,14 @@ impl HttpSink {
             return Err(SinkBuildError::new("http.timeoutMs", "must be at least 1"));
         }
         let concurrency = usize::try_from(spec.concurrency).unwrap_or(usize::MAX);
+        let (secret_headers, private_roots) = match &spec.secret_refs {
+            Some(refs) => secret_file::load(refs, secrets_dir)?,
+            None => (Vec::new(), Vec::new()),
+        };
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(concurrency)
+            .tls_certs_merge(private_roots)
             .build()
             .map_err(|e| SinkBuildError::new("http", format!("cannot build an HTTP client: {e}")))?;
         Ok(Self {
@@ -76,6 +94,7 @@ impl HttpSink {
             url,
             event_type: spec.event_type.clone(),
             extra_headers,
+            secret_headers,
             limit: Semaphore::new(concurrency.min(Semaphore::MAX_PERMITS)),
             timeout: Duration::from_millis(spec.timeout_ms),
             policy,
@@ -134,6 +153,9 @@ impl HttpSink {
         let mut headers = cloudevents::headers(record, &self.event_type);
         if !self.extra_headers.is_empty() {
             headers.extend(self.extra_headers.clone());
+        }
+        for secret in &self.secret_headers {
+            headers.insert(secret.name.clone(), secret.value());
         }
         let sent = self
             .client

@@ -225,3 +225,30 @@ async fn an_http_dead_letter_carries_the_reason_as_extension_headers() {
     assert_eq!(h("ce-sluicesourcemessageid"), "poison");
     assert_eq!(h("ce-sluicesourcequeue"), "http://127.0.0.1:4566/queue/us-east-1/000000000000/source");
 }
+
+#[tokio::test]
+async fn secret_headers_are_read_from_the_mounted_files() {
+    let (server, url) = serve(|_| Reply::Status(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("sink-auth")).unwrap();
+    std::fs::write(dir.path().join("sink-auth/token"), "Bearer from-a-secret\n").unwrap();
+    let spec = HttpSinkSpec {
+        url,
+        timeout_ms: 2_000,
+        concurrency: 1,
+        headers: Default::default(),
+        event_type: "dev.sluice.test".into(),
+        secret_refs: Some(sluice_crds::HttpSecretRefs {
+            headers: vec![sluice_crds::SecretHeader {
+                name: "Authorization".into(),
+                secret_key_ref: sluice_crds::SecretKeyRef { name: "sink-auth".into(), key: "token".into() },
+            }],
+            ca_bundle: None,
+        }),
+    };
+    let policy = RetryPolicy::from_spec(&RetrySpec::default());
+    let sink = HttpSink::with_secrets_in("web", &spec, policy, dir.path()).unwrap();
+    assert_eq!(deliver(&sink, &records(1)).await, vec![Outcome::Delivered]);
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen[0].0.get("authorization").unwrap(), "Bearer from-a-secret");
+}

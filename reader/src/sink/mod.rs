@@ -32,6 +32,7 @@ pub mod s3;
 mod s3_layout;
 #[cfg(test)]
 mod s3_tests;
+mod secret_file;
 pub mod sqs;
 #[cfg(test)]
 mod sqs_batch_tests;

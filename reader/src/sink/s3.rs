@@ -16,7 +16,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ServerSideEncryption};
 use futures::future::BoxFuture;
 use sluice_crds::S3SinkSpec;
 use sluice_protocol::{EpochKey, Incarnation, now_ms};
@@ -51,6 +51,9 @@ pub struct S3Sink {
     direct_seq: AtomicU64,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
+    /// `sseKmsKeyId`: every object (direct and per-epoch upload) is written with SSE-KMS under
+    /// this key; absent, the bucket's default encryption applies.
+    kms_key: Option<String>,
 }
 
 /// A transaction of this process: `(incarnation, epoch)` of its records; the pod is `reader`.
@@ -172,7 +175,8 @@ impl S3Sink {
             config = config.region(Region::new(region.clone()));
         }
         let client = Client::from_conf(config.build());
-        Ok(Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy))
+        let sink = Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy);
+        Ok(Self { kms_key: spec.sse_kms_key_id.clone(), ..sink })
     }
 
     pub fn with_client(
@@ -196,6 +200,7 @@ impl S3Sink {
             direct_seq: AtomicU64::new(0),
             policy,
             stats: Arc::default(),
+            kms_key: None,
         }
     }
 
@@ -248,6 +253,8 @@ impl S3Sink {
                 .bucket(&self.bucket)
                 .key(&key)
                 .content_type("application/x-ndjson")
+                .set_server_side_encryption(self.kms_key.as_ref().map(|_| ServerSideEncryption::AwsKms))
+                .set_ssekms_key_id(self.kms_key.clone())
                 .body(ByteStream::from(body.clone()))
                 .send()
         })
@@ -299,6 +306,10 @@ impl S3Sink {
                             .bucket(&self.bucket)
                             .key(&key)
                             .content_type("application/x-ndjson")
+                            .set_server_side_encryption(
+                                self.kms_key.as_ref().map(|_| ServerSideEncryption::AwsKms),
+                            )
+                            .set_ssekms_key_id(self.kms_key.clone())
                             .send()
                     })
                     .await?;
