@@ -95,6 +95,14 @@ impl Settings {
         if spec.queues.is_empty() {
             return Err(Error::config("spec.queues", "at least one queue is required"));
         }
+        // The same rule the CRD's CEL and the operator apply, for the forms CEL cannot see (a
+        // queue by name and region, an endpoint override) and for standalone runs, which have
+        // neither: forwarding into its own queue would receive and forward each message forever.
+        if let Some(found) = sluice_crds::validate::self_loops(spec).into_iter().next() {
+            let message = found.message();
+            let detail = message.strip_prefix(&format!("{} ", found.field)).unwrap_or(&message);
+            return Err(Error::config(found.field.clone(), detail.to_owned()));
+        }
         let queues = spec.queues.iter().enumerate().map(queue).collect::<Result<Vec<_>>>()?;
         let receive = receive(spec)?;
         let rate = rate(spec)?;
@@ -314,6 +322,20 @@ mod tests {
             field_of("queues: [{url: 'http://h/1/q', weight: 0}]\nsinks: []"),
             "spec.queues[0].weight"
         );
+    }
+
+    #[test]
+    fn a_sink_that_is_a_source_queue_is_refused_naming_the_sink() {
+        let own = "http://127.0.0.1:4566/queue/us-east-1/000000000000/orders";
+        let yaml = format!(
+            "queues: [{{url: '{own}'}}]\nsinks: [{{name: s, log: {{}}}}]\n\
+             deadLetterSink: {{name: d, sqs: {{queueUrl: '{own}'}}}}"
+        );
+        let Err(Error::Config { field, message }) = Settings::from_spec("x".into(), &spec(&yaml)) else {
+            panic!("a dead-letter sink into the source's own queue must be refused");
+        };
+        assert_eq!(field, "spec.deadLetterSink.sqs.queueUrl");
+        assert!(message.contains("queue orders of this source (spec.queues[0])"), "{message}");
     }
 
     #[test]
