@@ -167,19 +167,36 @@ fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> kube::core::S
 
 /// A control plane with the policy installed (as `kubectl apply -k` does) and the source's
 /// reader ServiceAccount created (as the operator does).
-async fn control_plane() -> (ControlPlane, kube::Client) {
+/// A control plane with the policy and the reader's ServiceAccount, and the uid of an object that
+/// stands in for the source as the leases' owner: the control plane's garbage collector removes an
+/// object whose owners are all absent (as a cluster's does), so a lease must name a live uid. The
+/// policy reads the reference's kind and name, the collector only its uid.
+async fn control_plane() -> (ControlPlane, kube::Client, String) {
     let cp = ControlPlane::start(Config::default()).await.unwrap();
     let admin = cp.client().unwrap();
     install_reader_policy(&admin).await.unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": format!("{SOURCE}-reader")}});
     accounts.create(&PostParams::default(), &serde_json::from_value(account).unwrap()).await.unwrap();
-    (cp, admin)
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    let owner = config_maps
+        .create(&PostParams::default(), &serde_json::from_value(config_map("source-stand-in")).unwrap())
+        .await
+        .unwrap();
+    let owner_uid = owner.metadata.uid.expect("a created object has a uid");
+    (cp, admin, owner_uid)
+}
+
+/// `lease(source, pod)` owned by the live object `owner_uid`.
+fn live_lease(source: &str, pod: &str, owner_uid: &str) -> Value {
+    let mut lease = lease(source, pod);
+    lease["metadata"]["ownerReferences"][0]["uid"] = json!(owner_uid);
+    lease
 }
 
 #[tokio::test]
 async fn with_a_reader_token_the_control_plane_refuses_what_the_policy_denies() {
-    let (cp, admin) = control_plane().await;
+    let (cp, admin, owner_uid) = control_plane().await;
     let dir = tempfile::tempdir().unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
     let request = TokenRequest {
@@ -212,7 +229,7 @@ async fn with_a_reader_token_the_control_plane_refuses_what_the_policy_denies() 
         .unwrap();
 
     // The reader creates and renews its own lease.
-    let own: ConfigMap = serde_json::from_value(lease(SOURCE, POD)).unwrap();
+    let own: ConfigMap = serde_json::from_value(live_lease(SOURCE, POD, &owner_uid)).unwrap();
     let created = as_reader.create(&PostParams::default(), &own).await.unwrap();
     let mut renewed = created.clone();
     renewed.data.get_or_insert_default().insert("renewedAtMs".into(), "2".into());
@@ -299,7 +316,7 @@ async fn found<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 #[tokio::test]
 async fn the_runner_mounts_each_pod_a_token_bound_to_it_unless_it_opts_out() {
-    let (cp, admin) = control_plane().await;
+    let (cp, admin, owner_uid) = control_plane().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = kubelet::Config::in_dir(dir.path());
     config.api_url = Some(cp.url());
@@ -326,7 +343,7 @@ async fn the_runner_mounts_each_pod_a_token_bound_to_it_unless_it_opts_out() {
         let path = found("the kubeconfig line", || kubeconfig_of(me)).await;
         assert!(path.contains(&me.name), "{path}");
         let as_pod: Api<ConfigMap> = Api::namespaced(client_from_kubeconfig(Path::new(&path)).await, NS);
-        let own: ConfigMap = serde_json::from_value(lease(SOURCE, &me.name)).unwrap();
+        let own: ConfigMap = serde_json::from_value(live_lease(SOURCE, &me.name, &owner_uid)).unwrap();
         as_pod.create(&PostParams::default(), &own).await.unwrap();
         clients.push(as_pod);
     }
