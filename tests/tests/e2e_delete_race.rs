@@ -235,10 +235,12 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
             queue.send_batch(BACKLOG).await?;
         }
         let name = format!("race-{round}");
+        // Counted before the reader exists: a fast reader can drain what is visible before it is
+        // reported ready, and no reader of an earlier round is left to add to the count.
+        let delivered = sink.stats().accepted;
         let created = system.apply_source(&source_yaml(&name, &queue, &endpoint, &sink.url(), "a")).await?;
         let uid = created.uid().unwrap_or_default();
         system.wait_ready_readers(&name, 1, Duration::from_secs(60)).await?;
-        let delivered = sink.stats().accepted;
         let start = Instant::now();
         while sink.stats().accepted == delivered {
             if start.elapsed() > Duration::from_secs(30) {
