@@ -4,7 +4,8 @@
 # one `sluice-reader` process per replica; messages go from an SQS queue (LocalStack) to an HTTP sink, and
 # the operator scales the readers with the backlog.
 #
-#   scripts/demo.sh [--seconds N] [--count N] [--rate R] [--replicas MIN:MAX] [--example FILE] [--standalone]
+#   scripts/demo.sh [--seconds N] [--count N] [--rate R] [--replicas MIN:MAX] [--sink-latency-ms N]
+#                   [--example FILE] [--standalone]
 #
 # It builds the binaries (cargo build --workspace --bins), starts LocalStack (unless one is running),
 # creates a fresh queue, starts a CloudEvents sink (`sluice-dev sink-server`), the local control plane
@@ -27,9 +28,11 @@ readonly WORK=.sluice/demo
 readonly BIN="${CARGO_TARGET_DIR:-target}/debug"
 
 seconds=45 count=4000 rate=1000 replicas=0:4 example=deploy/examples/minimal-http.yaml standalone=no
+sink_latency_ms=300
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
+    --sink-latency-ms) sink_latency_ms="$2"; shift 2 ;;
     --count) count="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --replicas) replicas="$2"; shift 2 ;;
@@ -103,9 +106,12 @@ if [[ "$standalone" == yes ]]; then
   say "sink: sluice-dev sink-server (prints the first events, then one line per second)"
   setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 5 --url-file "$WORK/sink.url" &
 else
-  say "sink: sluice-dev sink-server (log: $WORK/sink.log)"
-  setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 3 --url-file "$WORK/sink.url" \
-    >"$WORK/sink.log" 2>&1 &
+  # The sink answers each event after ${sink_latency_ms} ms, like a receiver doing real work: one reader
+  # (32 requests in flight) then delivers about 100 events/s whatever the machine's speed, so the burst
+  # outruns it and the autoscaler has something to do.
+  say "sink: sluice-dev sink-server, ${sink_latency_ms} ms per event (log: $WORK/sink.log)"
+  setsid "$BIN/sluice-dev" sink-server --addr 127.0.0.1:0 --show 3 --latency-ms "$sink_latency_ms" \
+    --url-file "$WORK/sink.url" >"$WORK/sink.log" 2>&1 &
 fi
 sink_pid=$!
 for _ in $(seq 50); do [[ -s "$WORK/sink.url" ]] && break; sleep 0.1; done

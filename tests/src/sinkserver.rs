@@ -50,6 +50,8 @@ pub struct SinkStats {
 struct Shared {
     record: Mutex<Record>,
     changed: Notify,
+    /// How long each accepted request takes to answer (a receiver doing real work).
+    latency: Duration,
 }
 
 #[derive(Default)]
@@ -78,10 +80,17 @@ pub struct SinkServer {
 impl SinkServer {
     /// Binds `addr` (`127.0.0.1:0` picks a free port) and starts serving.
     pub async fn start(addr: &str) -> Result<Self> {
+        Self::start_with_latency(addr, Duration::ZERO).await
+    }
+
+    /// The same, answering each accepted event only after `latency`, as a receiver that does real
+    /// work would: a reader's throughput is then bounded by its sink concurrency over `latency`,
+    /// whatever the machine's speed (the demo uses this to make a burst outrun one reader).
+    pub async fn start_with_latency(addr: &str, latency: Duration) -> Result<Self> {
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared { latency, ..Shared::default() });
         let shutdown = CancellationToken::new();
         let app = Router::new().fallback(accept).with_state(shared.clone());
         let task = tokio::spawn(
@@ -157,6 +166,9 @@ async fn accept(
             "expected a CloudEvents 1.0 binary-mode request (ce-id, ce-specversion)\n",
         );
     };
+    if !shared.latency.is_zero() {
+        tokio::time::sleep(shared.latency).await;
+    }
     let event = Event { id, source: header("ce-source"), event_type: header("ce-type"), body };
     {
         let mut record = shared.lock();

@@ -61,6 +61,9 @@ enum Command {
         /// Also print the first N events (id and body) as they arrive.
         #[arg(long, default_value_t = 0)]
         show: usize,
+        /// Answer each event after this many milliseconds (a receiver doing real work). Default 0.
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
         /// Also write the sink's URL to this file once it listens (useful with port 0).
         #[arg(long)]
         url_file: Option<PathBuf>,
@@ -117,7 +120,9 @@ async fn main() -> Result<()> {
         Command::Send { queue_url, count, groups, rate } => {
             send(&TestQueue::open(&client, &queue_url), count, SendOptions { groups }, rate).await?;
         }
-        Command::SinkServer { addr, show, url_file } => sink_server(&addr, show, url_file).await?,
+        Command::SinkServer { addr, show, latency_ms, url_file } => {
+            sink_server(&addr, show, Duration::from_millis(latency_ms), url_file).await?
+        }
         Command::Counts { queue_url } => {
             let counts = TestQueue::open(&client, &queue_url).approximate_counts().await?;
             println!("visible={} in_flight={} delayed={}", counts.visible, counts.in_flight, counts.delayed);
@@ -251,8 +256,8 @@ async fn send(queue: &TestQueue, count: usize, options: SendOptions, rate: Optio
     Ok(())
 }
 
-async fn sink_server(addr: &str, show: usize, url_file: Option<PathBuf>) -> Result<()> {
-    let sink = SinkServer::start(addr).await?;
+async fn sink_server(addr: &str, show: usize, latency: Duration, url_file: Option<PathBuf>) -> Result<()> {
+    let sink = SinkServer::start_with_latency(addr, latency).await?;
     println!("sink-server listening on {}", sink.url());
     if let Some(path) = url_file {
         std::fs::write(&path, sink.url()).with_context(|| format!("writing {}", path.display()))?;
