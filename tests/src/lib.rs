@@ -1,7 +1,10 @@
 #![forbid(unsafe_code)]
-//! Test harness.
-pub mod controlplane;
-pub mod kubelet;
+//! What the suites and benchmarks share: LocalStack queues and buckets ([`localstack`]), a CloudEvents
+//! sink ([`sinkserver`]) and SqsSource manifests ([`source`]). The local control plane, the process
+//! runner and the system as processes live in the `sluice-localcp` crate; they are re-exported under
+//! their old paths so that a suite names everything through `sluice_tests`.
 pub mod localstack;
 pub mod sinkserver;
-pub mod system;
+pub mod source;
+
+pub use sluice_localcp::{controlplane, kubelet, poll, system};

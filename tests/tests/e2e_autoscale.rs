@@ -8,12 +8,13 @@
 //! crash, no request refused at the sink.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::{ReaderProcess, System};
 
 const SOURCE: &str = "burst";
@@ -23,46 +24,15 @@ const MAX_REPLICAS: i32 = 4;
 /// The whole scenario after the burst starts: up, drain, back to zero.
 const BOUND: Duration = Duration::from_secs(8 * 60);
 
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
-
 fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {SOURCE}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: 2
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 10
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: 0
-    maxReplicas: {MAX_REPLICAS}
-    targetMessagesPerReplica: 100
-    pollIntervalSeconds: 1
-    scaleDownStabilizationSeconds: 5
-    idleCooldownSeconds: 5
-  reader:
-    logLevel: info
-"#,
-        url = queue.url
-    )
-}
-
-async fn spec_replicas(system: &System) -> Result<Option<i32>> {
-    Ok(system.reader_deployment(SOURCE).await?.and_then(|d| d.spec).and_then(|s| s.replicas))
+    SourceYaml::new(SOURCE, &queue.url, endpoint)
+        .visibility_timeout(10)
+        .sink("webhook", Sink::http(sink).timeout_ms(2000))
+        .replicas(0, MAX_REPLICAS)
+        .target_per_replica(100)
+        .scale_down_stabilization(5)
+        .idle_cooldown(5)
+        .yaml()
 }
 
 /// Offsets from the start of the burst.
@@ -106,7 +76,7 @@ async fn watch(
     let mut queue_empty = false;
     loop {
         let now = start.elapsed();
-        let replicas = spec_replicas(system).await?.unwrap_or(-1);
+        let replicas = system.reader_replicas(SOURCE).await?.unwrap_or(-1);
         let running = system.running_readers(SOURCE);
         for p in system.reader_processes().into_iter().filter(|p| p.deployment == format!("{SOURCE}-reader"))
         {
@@ -127,11 +97,7 @@ async fn watch(
             println!("[{:6.1}s] {} reader processes running", now.as_secs_f64(), running.len());
         }
         // Terminating readers still draining count: zero means every process has exited.
-        let processes = system
-            .reader_processes()
-            .into_iter()
-            .filter(|p| p.deployment == format!("{SOURCE}-reader") && p.pid.is_some())
-            .count();
+        let processes = system.alive_readers(SOURCE).len();
         let stats = sink.stats();
         if timeline.drained.is_none() && stats.distinct >= MESSAGES as u64 {
             if last_queue_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
@@ -216,27 +182,14 @@ async fn a_burst_of_20000_scales_zero_to_max_and_back_to_zero_without_loss() -> 
     let options = QueueOptions { visibility_timeout: Some(10), ..QueueOptions::default() };
     let queue = TestQueue::create_with(&client, "e2e-autoscale", false, &options).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-autoscale");
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let system =
+        System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-autoscale")).await?;
     system.apply_source(&source_yaml(&queue, &endpoint, &sink.url())).await?;
 
     // Idle at zero: the Deployment exists with spec.replicas 0 and no reader process runs.
-    let idle_since = Instant::now();
-    loop {
-        if spec_replicas(&system).await? == Some(0) && system.running_readers(SOURCE).is_empty() {
-            break;
-        }
-        assert!(
-            idle_since.elapsed() < Duration::from_secs(60),
-            "no reader Deployment at 0 replicas; logs under {}",
-            system.state_dir().display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    system.wait_idle_at_zero(SOURCE, Duration::from_secs(60)).await?;
     for _ in 0..12 {
-        assert_eq!(spec_replicas(&system).await?, Some(0), "replicas rose with an empty queue");
+        assert_eq!(system.reader_replicas(SOURCE).await?, Some(0), "replicas rose with an empty queue");
         assert!(system.running_readers(SOURCE).is_empty(), "a reader runs with minReplicas 0 and no work");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -14,11 +14,11 @@
 //! reconcile) and deletes it a few milliseconds later, while the reader is delivering.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
@@ -29,7 +29,9 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 
 const ROUNDS: usize = 20;
@@ -39,45 +41,17 @@ const CLEAN_WITHIN: Duration = Duration::from_secs(10);
 const BACKLOG: usize = 2000;
 const LOW_WATER: u64 = 500;
 
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
-
 /// One reader, fixed (so the autoscaler never writes), a short grace period so a reader that is
 /// told to stop is gone within the bound even with messages in hand (the reader's drain is not
-/// what this test measures), and a `round` label that the touch before the delete changes.
+/// what this test measures), and a `touch` label that the touch before the delete changes.
 fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str, touch: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-  namespace: default
-  labels:
-    touch: "{touch}"
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: 2
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 5
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: 1
-    maxReplicas: 1
-    pollIntervalSeconds: 1
-  reader:
-    logLevel: info
-    terminationGracePeriodSeconds: 5
-"#,
-        url = queue.url
-    )
+    SourceYaml::new(name, &queue.url, endpoint)
+        .label("touch", touch)
+        .visibility_timeout(5)
+        .sink("webhook", Sink::http(sink).timeout_ms(2000))
+        .replicas(1, 1)
+        .grace_period(5)
+        .yaml()
 }
 
 /// One object as a watch first showed it.
@@ -205,8 +179,7 @@ async fn leftovers(system: &System, name: &str, uid: &str) -> Result<Vec<String>
     if system.reader_deployment(name).await?.is_some() {
         left.push(format!("Deployment/{name}-reader"));
     }
-    let deployment = format!("{name}-reader");
-    for p in system.reader_processes().into_iter().filter(|p| p.deployment == deployment && p.pid.is_some()) {
+    for p in system.alive_readers(name) {
         left.push(format!("process {} (pid {:?}, terminating {})", p.name, p.pid, p.terminating));
     }
     left.sort();
@@ -223,9 +196,7 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
     queue.send_batch(BACKLOG).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-delete-race");
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let system = System::start_with_operator(&dir).await?;
     let (seen, watching) = start_watching(&system.client);
     let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), "default");
 
@@ -241,33 +212,28 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
         let created = system.apply_source(&source_yaml(&name, &queue, &endpoint, &sink.url(), "a")).await?;
         let uid = created.uid().unwrap_or_default();
         system.wait_ready_readers(&name, 1, Duration::from_secs(60)).await?;
-        let start = Instant::now();
-        while sink.stats().accepted == delivered {
-            if start.elapsed() > Duration::from_secs(30) {
-                bail!("{name}: the reader delivered nothing within 30 s; logs under {}", dir.display());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll::until(Duration::from_secs(30), Duration::from_millis(50), || async {
+            Ok(Check::met_if(sink.stats().accepted > delivered, || {
+                format!("{name}: the reader delivered nothing within 30 s; logs under {}", dir.display())
+            }))
+        })
+        .await?;
         // Start a reconcile, then delete while it may still be applying.
         system.apply_source(&source_yaml(&name, &queue, &endpoint, &sink.url(), "b")).await?;
         tokio::time::sleep(Duration::from_millis((round as u64 * 7) % 60)).await;
         system.delete_source(&name).await?;
         let deleted_at = Instant::now();
-        loop {
+        poll::until(CLEAN_WITHIN, Duration::from_millis(100), || async {
             let source_gone = sources.get_opt(&name).await?.is_none();
             let left = leftovers(&system, &name, &uid).await?;
-            if source_gone && left.is_empty() {
-                break;
-            }
-            if deleted_at.elapsed() > CLEAN_WITHIN {
-                bail!(
-                    "round {round}: {:?} after deleting {name}: source gone {source_gone}, left {left:?}; logs under {}",
-                    CLEAN_WITHIN,
+            Ok(Check::met_if(source_gone && left.is_empty(), || {
+                format!(
+                    "round {round}: {CLEAN_WITHIN:?} after deleting {name}: source gone {source_gone}, left {left:?}; logs under {}",
                     dir.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                )
+            }))
+        })
+        .await?;
         clean_after.push(deleted_at.elapsed());
     }
     // A late write would show up here even after the collector removed it.

@@ -13,7 +13,7 @@
 //! The same run under atLeastOnce must lose nothing; its duplicates are counted and printed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,8 @@ use sluice_crds::checkpoint::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{
     LocalStack, QueueCounts, QueueOptions, TestQueue, s3_client, seq_of, sqs_client,
 };
+use sluice_tests::poll::{self, Check};
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 use tokio_util::sync::CancellationToken;
 
@@ -50,10 +52,6 @@ const DRAINERS: usize = 6;
 const SETTLE: Duration = Duration::from_secs(12);
 const PREFIX: &str = "out";
 
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Guarantee {
     ExactlyOnce,
@@ -68,48 +66,15 @@ fn source_yaml(
     endpoint: &str,
     g: Guarantee,
 ) -> String {
-    let delivery = match g {
-        Guarantee::ExactlyOnce => "guarantee: exactlyOnce\n    checkpointIntervalSeconds: 2",
-        Guarantee::AtLeastOnce => "guarantee: atLeastOnce",
+    let yaml = SourceYaml::new(name, &source.url, endpoint).visibility_timeout(VISIBILITY);
+    let yaml = match g {
+        Guarantee::ExactlyOnce => yaml.exactly_once(2),
+        Guarantee::AtLeastOnce => yaml.at_least_once(),
     };
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  queues:
-    - url: {source}
-      endpoint: {endpoint}
-  receive:
-    pollers: 2
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: {VISIBILITY}
-  delivery:
-    {delivery}
-  sinks:
-    - name: archive
-      s3:
-        bucket: {bucket}
-        prefix: {PREFIX}/
-        endpoint: {endpoint}
-        region: us-east-1
-    - name: forward
-      sqs:
-        queueUrl: {target}
-        endpoint: {endpoint}
-        messageGroupId: sluice
-  scaling:
-    minReplicas: {REPLICAS}
-    maxReplicas: {REPLICAS}
-    pollIntervalSeconds: 1
-  reader:
-    logLevel: info
-"#,
-        source = source.url,
-        target = target.url,
-    )
+    yaml.sink("archive", Sink::s3(bucket, &format!("{PREFIX}/"), endpoint))
+        .sink("forward", Sink::sqs(&target.url, endpoint).message_group_id("sluice"))
+        .replicas(REPLICAS, REPLICAS)
+        .yaml()
 }
 
 /// How often each sequence number was seen at one sink.
@@ -329,8 +294,7 @@ fn send_all(queue: TestQueue) -> tokio::task::JoinHandle<Result<Duration>> {
 /// logged its start. A reader killed before it got that far would test nothing.
 async fn wait_joined(system: &System, name: &str, guarantee: Guarantee) -> Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
-    let start = Instant::now();
-    loop {
+    poll::until(Duration::from_secs(90), Duration::from_millis(250), || async {
         let joined = match guarantee {
             Guarantee::ExactlyOnce => {
                 read_checkpoint(&api, &checkpoint_configmap_name(name)).await?.is_some_and(|cp| {
@@ -343,14 +307,11 @@ async fn wait_joined(system: &System, name: &str, guarantee: Guarantee) -> Resul
                     && readers.iter().all(|p| log_count(system, &p.name, "reader started") > 0)
             }
         };
-        if joined {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            bail!("[{name}] readers did not join within 90s; logs under {}", system.state_dir().display());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        Ok(Check::met_if(joined, || {
+            format!("[{name}] readers did not join within 90s; logs under {}", system.state_dir().display())
+        }))
+    })
+    .await
 }
 
 fn log_of(system: &System, pod: &str) -> String {
@@ -382,9 +343,7 @@ async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
     s3.create_bucket().bucket(&bucket).send().await.with_context(|| format!("CreateBucket {bucket}"))?;
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let mut system = System::start_with_operator(&dir).await?;
     system.apply_source(&source_yaml(name, &source, &target, &bucket, &endpoint, guarantee)).await?;
     system.wait_ready_readers(name, REPLICAS, Duration::from_secs(90)).await?;
     wait_joined(&system, name, guarantee).await?;

@@ -7,58 +7,27 @@
 //! (empty at the end): at-least-once means every message arrives, none is lost, duplicates are allowed
 //! and printed.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
-
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
 
 /// A source with `replicas` fixed readers (min = max), short visibility so killed readers' messages
 /// come back soon.
-fn source_yaml(
-    name: &str,
-    queue: &TestQueue,
-    endpoint: &str,
-    sink: &str,
-    replicas: i32,
-    pollers: i32,
-) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: {pollers}
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 5
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: {replicas}
-    maxReplicas: {replicas}
-    pollIntervalSeconds: 1
-  reader:
-    logLevel: info
-"#,
-        url = queue.url
-    )
+fn source_yaml(name: &str, s: &Scenario, replicas: i32, pollers: u32) -> String {
+    SourceYaml::new(name, &s.queue.url, &s.endpoint)
+        .pollers(pollers)
+        .visibility_timeout(5)
+        .sink("webhook", Sink::http(&s.sink.url()).timeout_ms(2000))
+        .replicas(replicas, replicas)
+        .yaml()
 }
 
 struct Scenario {
@@ -74,11 +43,7 @@ async fn scenario(prefix: &str) -> Result<Scenario> {
     let options = QueueOptions { visibility_timeout: Some(5), ..QueueOptions::default() };
     let queue = TestQueue::create_with(&client, prefix, false, &options).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
-    // Kept after the run (under target/tmp), so a failure's logs can be read.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(prefix);
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let system = System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join(prefix)).await?;
     Ok(Scenario { system, queue, sink, endpoint })
 }
 
@@ -90,17 +55,11 @@ impl Scenario {
             .wait_for_distinct(n, timeout)
             .await
             .map_err(|e| anyhow::anyhow!("{e}; logs under {}", self.system.state_dir().display()))?;
-        let start = Instant::now();
-        loop {
+        poll::until(Duration::from_secs(60), Duration::from_millis(500), || async {
             let counts = self.queue.approximate_counts().await?;
-            if counts.total() == 0 {
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(60) {
-                bail!("queue not empty after delivery: {counts:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+            Ok(Check::met_if(counts.total() == 0, || format!("queue not empty after delivery: {counts:?}")))
+        })
+        .await?;
         println!(
             "delivered {} distinct, {} duplicates, {} requests",
             stats.distinct, stats.duplicates, stats.accepted
@@ -120,39 +79,34 @@ impl Scenario {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_starts_readers_that_deliver_5000_messages_then_delete_removes_everything() -> Result<()> {
     let s = scenario("e2e-apply").await?;
-    s.system.apply_source(&source_yaml("orders", &s.queue, &s.endpoint, &s.sink.url(), 2, 2)).await?;
+    s.system.apply_source(&source_yaml("orders", &s, 2, 2)).await?;
     s.system.wait_ready_readers("orders", 2, Duration::from_secs(60)).await?;
     println!("readers running: {}", s.system.running_readers("orders").len());
     s.queue.send_batch(5000).await?;
     s.expect_all_delivered(5000, Duration::from_secs(180)).await?;
 
     s.system.delete_source("orders").await?;
-    let start = Instant::now();
-    loop {
+    poll::until(Duration::from_secs(60), Duration::from_millis(250), || async {
         let gone = s.system.reader_deployment("orders").await?.is_none();
         let processes = s.system.running_readers("orders").len();
-        if gone && processes == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "after deleting the source: deployment gone={gone}, reader processes={processes}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        Ok(Check::met_if(gone && processes == 0, || {
+            format!("after deleting the source: deployment gone={gone}, reader processes={processes}")
+        }))
+    })
+    .await?;
     s.finish().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_change_rolls_the_readers_without_loss() -> Result<()> {
     let s = scenario("e2e-roll").await?;
-    s.system.apply_source(&source_yaml("roll", &s.queue, &s.endpoint, &s.sink.url(), 2, 2)).await?;
+    s.system.apply_source(&source_yaml("roll", &s, 2, 2)).await?;
     s.system.wait_ready_readers("roll", 2, Duration::from_secs(60)).await?;
     let before: Vec<String> = s.system.running_readers("roll").into_iter().map(|p| p.name).collect();
     s.queue.send_batch(2000).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // A different pollers count changes the rendered config, hence the pod template hash: a rollout.
-    s.system.apply_source(&source_yaml("roll", &s.queue, &s.endpoint, &s.sink.url(), 2, 3)).await?;
+    s.system.apply_source(&source_yaml("roll", &s, 2, 3)).await?;
     s.queue.send_batch(2000).await?;
     s.expect_all_delivered(4000, Duration::from_secs(180)).await?;
     let after: Vec<String> = s.system.running_readers("roll").into_iter().map(|p| p.name).collect();
@@ -166,7 +120,7 @@ async fn a_spec_change_rolls_the_readers_without_loss() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_killed_repeatedly_and_an_operator_restart_lose_nothing() -> Result<()> {
     let mut s = scenario("e2e-kill").await?;
-    s.system.apply_source(&source_yaml("kill", &s.queue, &s.endpoint, &s.sink.url(), 2, 2)).await?;
+    s.system.apply_source(&source_yaml("kill", &s, 2, 2)).await?;
     s.system.wait_ready_readers("kill", 2, Duration::from_secs(60)).await?;
     s.queue.send_batch(3000).await?;
     let mut kills = 0;

@@ -12,12 +12,14 @@
 //! changes the reader's `source.yaml` and so rolls every reader pod, and the point is to see
 //! running readers follow the count.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::{ReaderProcess, System};
 
 const SOURCE: &str = "rateshare";
@@ -38,45 +40,17 @@ const TOLERANCE: f64 = 0.10;
 const GAUGE: &str = "sluice_reader_rate_limit_messages_per_second";
 const RECEIVED: &str = "sluice_reader_received_messages_total";
 
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
-
 fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {SOURCE}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: 2
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 30
-  rateLimit:
-    messagesPerSecond: {RATE}
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: 1
-    maxReplicas: {REPLICAS}
-    targetMessagesPerReplica: {PER_REPLICA}
-    # Long, so the drain-rate basis never asks for more than the backlog basis does.
-    targetDrainSeconds: 600
-    pollIntervalSeconds: 1
-    scaleDownStabilizationSeconds: 0
-  reader:
-    logLevel: info
-"#,
-        url = queue.url
-    )
+    SourceYaml::new(SOURCE, &queue.url, endpoint)
+        .visibility_timeout(30)
+        .rate_limit(RATE)
+        .sink("webhook", Sink::http(sink).timeout_ms(2000))
+        .replicas(1, REPLICAS as i32)
+        .target_per_replica(PER_REPLICA)
+        // Long, so the drain-rate basis never asks for more than the backlog basis does.
+        .target_drain(600)
+        .scale_down_stabilization(0)
+        .yaml()
 }
 
 /// The admin address a reader printed last (`sluice-reader admin listening on …`): the runner
@@ -123,27 +97,19 @@ async fn wait_for_share(
     share: f64,
     timeout: Duration,
 ) -> Result<Vec<(String, String)>> {
-    let start = Instant::now();
-    loop {
-        let alive = system
-            .reader_processes()
-            .into_iter()
-            .filter(|p| p.deployment == format!("{SOURCE}-reader") && p.pid.is_some())
-            .count();
+    poll::until(timeout, Duration::from_millis(500), || async {
+        let alive = system.alive_readers(SOURCE).len();
         let scraped = scrape(system, http).await;
         let shares: Vec<Option<f64>> = scraped.iter().map(|(_, text)| metric(text, GAUGE)).collect();
         if alive == count && scraped.len() == count && shares.iter().all(|s| *s == Some(share)) {
-            return Ok(scraped);
+            return Ok(Check::Met(scraped));
         }
-        if start.elapsed() > timeout {
-            bail!(
-                "not {count} readers at {share}/s within {timeout:?}: {alive} alive, shares {shares:?}; \
-                 logs under {}",
-                system.state_dir().display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        Ok(Check::NotYet(format!(
+            "not {count} readers at {share}/s within {timeout:?}: {alive} alive, shares {shares:?}; logs under {}",
+            system.state_dir().display()
+        )))
+    })
+    .await
 }
 
 /// Messages per second over `WINDOW` (after `SETTLE`): in total at the sink (distinct ids), and as each reader
@@ -182,10 +148,8 @@ async fn each_reader_takes_its_share_of_the_source_rate_and_follows_the_replica_
     }
     println!("backlog: {BACKLOG} messages; source-wide limit {RATE}/s");
     let sink = SinkServer::start("127.0.0.1:0").await?;
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-rate-share");
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let system =
+        System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-rate-share")).await?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
 
     // Three readers, a third each.

@@ -7,16 +7,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use sluice_tests::localstack::{LocalStack, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
-
-fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
-}
 
 fn kubectl_path() -> Option<PathBuf> {
     let path = PathBuf::from(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()));
@@ -72,41 +70,24 @@ impl Kubectl {
 
     /// Repeats `args` until `done` holds for its output (bounded), returning that output.
     async fn until(&self, args: &[&str], what: &str, done: impl Fn(&str) -> bool) -> Result<String> {
-        let start = Instant::now();
-        loop {
+        poll::until(Duration::from_secs(90), Duration::from_millis(500), || async {
             let out = self.ok(args)?;
             if done(&out) {
-                return Ok(out);
+                return Ok(Check::Met(out));
             }
-            if start.elapsed() > Duration::from_secs(90) {
-                bail!("kubectl {}: never showed {what}; last output:\n{out}", args.join(" "));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+            Ok(Check::NotYet(format!("kubectl {}: never showed {what}; last output:\n{out}", args.join(" "))))
+        })
+        .await
     }
 }
 
-fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-  scaling:
-    minReplicas: 1
-    maxReplicas: 1
-    pollIntervalSeconds: 1
-{extra}"#,
-        url = queue.url
-    )
+/// A user's first manifest: the queue, one http sink, one reader.
+fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> String {
+    SourceYaml::bare(name, &queue.url, endpoint)
+        .sink("webhook", Sink::http(sink))
+        .replicas(1, 1)
+        .poll_interval(1)
+        .yaml()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,15 +97,13 @@ async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Re
     let queue = TestQueue::create(&sqs_client(&endpoint), "kubectl", false).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubectl-localcp");
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut system = System::start(&bin_dir(), &dir).await?;
-    system.start_operator()?;
+    let system = System::start_with_operator(&dir).await?;
     let kubectl = Kubectl { bin, kubeconfig: dir.join("kubeconfig"), cache: dir.join("kubectl-cache") };
 
     // apply with validation on (kubectl's default, Strict): the server validates against the CRD.
     let name = "orders";
     let file = dir.join("source.yaml");
-    std::fs::write(&file, source_yaml(name, &queue, &endpoint, &sink.url(), ""))?;
+    std::fs::write(&file, source_yaml(name, &queue, &endpoint, &sink.url()))?;
     let applied = kubectl.ok(&["apply", "-f", file.to_str().unwrap_or_default()])?;
     assert!(applied.contains("sqssource.sluice.dev/orders created"), "{applied}");
 
@@ -165,14 +144,17 @@ async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Re
 
     // What a real API server refuses: an invalid name, a field the schema does not declare.
     let bad = dir.join("bad-name.yaml");
-    std::fs::write(&bad, source_yaml("Orders_Bad", &queue, &endpoint, &sink.url(), ""))?;
+    std::fs::write(&bad, source_yaml("Orders_Bad", &queue, &endpoint, &sink.url()))?;
     let refused = kubectl.refused(&["apply", "-f", "-"], Some(&bad))?;
     assert!(
         refused.contains(r#"The SqsSource "Orders_Bad" is invalid: metadata.name: Invalid value: "Orders_Bad": a lowercase RFC 1123 subdomain"#),
         "{refused}"
     );
     let typo = dir.join("typo.yaml");
-    std::fs::write(&typo, source_yaml("orders", &queue, &endpoint, &sink.url(), "  sinkz: []\n"))?;
+    let mut misspelt: serde_yaml::Value =
+        serde_yaml::from_str(&source_yaml("orders", &queue, &endpoint, &sink.url()))?;
+    misspelt["spec"]["sinkz"] = serde_yaml::Value::Sequence(Vec::new());
+    std::fs::write(&typo, serde_yaml::to_string(&misspelt)?)?;
     let refused = kubectl.refused(&["apply", "-f", typo.to_str().unwrap_or_default()], None)?;
     assert!(refused.contains(r#"strict decoding error: unknown field "spec.sinkz""#), "{refused}");
     // A body over the API server's 3 MiB limit: a Status kubectl can word, not a bare 413.

@@ -24,6 +24,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
+use sluice_tests::system::bin_dir;
 
 const BUCKET: &str = "sluice-bench-epochs";
 /// Longest a single run may take before the benchmark gives up on it.
@@ -101,7 +103,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let reader = match &args.reader {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.parent().context("no bin dir")?.join("sluice-reader"),
+        None => bin_dir().join("sluice-reader"),
     };
     if !reader.is_file() {
         bail!("{} not found: run `cargo build --workspace --bins` first, or pass --reader", reader.display());
@@ -228,24 +230,20 @@ impl Bench {
     }
 
     fn source_yaml(&self, sink: &str, guarantee: Guarantee, queue_url: &str, prefix: &str) -> String {
-        let sink_block = match sink {
-            "http" => format!("      http:\n        url: {}\n        concurrency: 40\n", self.http.url()),
-            _ => format!(
-                "      s3:\n        bucket: {BUCKET}\n        prefix: bench/{prefix}/{}\n        endpoint: {}\n        region: us-east-1\n",
-                std::process::id(),
-                self.endpoint
-            ),
+        let sink = match sink {
+            "http" => Sink::http(&self.http.url()).concurrency(40),
+            _ => Sink::s3(BUCKET, &format!("bench/{prefix}/{}", std::process::id()), &self.endpoint),
         };
-        let interval = match guarantee {
-            Guarantee::ExactlyOnce => format!("\n    checkpointIntervalSeconds: {}", self.args.interval),
-            Guarantee::AtLeastOnce => String::new(),
+        let source = SourceYaml::bare("bench-epochs", queue_url, &self.endpoint)
+            .pollers(self.args.pollers)
+            .max_messages(10)
+            .wait_time(1)
+            .visibility_timeout(60);
+        let source = match guarantee {
+            Guarantee::ExactlyOnce => source.exactly_once(self.args.interval),
+            Guarantee::AtLeastOnce => source.at_least_once(),
         };
-        format!(
-            "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: bench-epochs\nspec:\n  queues:\n    - url: {queue_url}\n      endpoint: {endpoint}\n  receive:\n    pollers: {pollers}\n    maxMessages: 10\n    waitTimeSeconds: 1\n    visibilityTimeoutSeconds: 60\n  delivery:\n    guarantee: {guarantee}{interval}\n  sinks:\n    - name: out\n{sink_block}",
-            endpoint = self.endpoint,
-            pollers = self.args.pollers,
-            guarantee = guarantee.spec(),
-        )
+        source.sink("out", sink).yaml()
     }
 
     fn spawn(&self, source: &Path, admin_file: &Path, dir: &Path) -> Result<Child> {

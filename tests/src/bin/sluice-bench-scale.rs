@@ -14,11 +14,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::Parser;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
-use sluice_tests::system::System;
+use sluice_tests::source::{Sink, SourceYaml};
+use sluice_tests::system::{System, bin_dir};
 
 const SOURCE: &str = "bench";
 /// Slack beyond one poll interval (as in `sluice_operator::scaler::reaction::SLACK`).
@@ -77,55 +78,15 @@ fn measure(burst_at: Duration, samples: &[Sample]) -> Reaction {
 }
 
 fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {SOURCE}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: 2
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 10
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: 0
-    maxReplicas: {max}
-    targetMessagesPerReplica: 100
-    pollIntervalSeconds: {poll}
-    scaleDownStabilizationSeconds: 3
-    idleCooldownSeconds: 3
-  reader:
-    logLevel: info
-"#,
-        url = queue.url,
-        max = args.max_replicas,
-        poll = args.poll_interval,
-    )
-}
-
-async fn spec_replicas(system: &System) -> Result<Option<i32>> {
-    Ok(system.reader_deployment(SOURCE).await?.and_then(|d| d.spec).and_then(|s| s.replicas))
-}
-
-/// Waits (at most 3 minutes) until the Deployment wants 0 readers and none runs.
-async fn wait_idle(system: &System) -> Result<()> {
-    let start = Instant::now();
-    while !(spec_replicas(system).await? == Some(0) && system.running_readers(SOURCE).is_empty()) {
-        if start.elapsed() > Duration::from_secs(180) {
-            bail!("the source did not return to zero readers; logs under {}", system.state_dir().display());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Ok(())
+    SourceYaml::new(SOURCE, &queue.url, endpoint)
+        .visibility_timeout(10)
+        .sink("webhook", Sink::http(sink).timeout_ms(2000))
+        .replicas(0, args.max_replicas)
+        .target_per_replica(100)
+        .poll_interval(args.poll_interval)
+        .scale_down_stabilization(3)
+        .idle_cooldown(3)
+        .yaml()
 }
 
 /// One burst: returns its reaction and how long sending took.
@@ -136,7 +97,7 @@ async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Re
     let sampling = async {
         // Until the fleet has peaked or 60 s passed.
         while start.elapsed() < Duration::from_secs(60) {
-            let replicas = spec_replicas(system).await?.unwrap_or(0);
+            let replicas = system.reader_replicas(SOURCE).await?.unwrap_or(0);
             samples.lock().expect("samples").push(Sample { at: start.elapsed(), replicas });
             if replicas >= args.max_replicas {
                 break;
@@ -179,7 +140,6 @@ fn median(mut values: Vec<Duration>) -> Option<Duration> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let bin_dir = std::env::current_exe()?.parent().context("the binary's directory")?.to_owned();
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
         None => tempfile::Builder::new().prefix("sluice-bench-scale-").tempdir()?.keep(),
@@ -189,7 +149,7 @@ async fn main() -> Result<()> {
     let options = QueueOptions { visibility_timeout: Some(10), ..QueueOptions::default() };
     let queue = TestQueue::create_with(&client, "bench-scale", false, &options).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
-    let mut system = System::start(&bin_dir, &state_dir).await?;
+    let mut system = System::start(&bin_dir(), &state_dir).await?;
     system.start_operator()?;
     system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), &args)).await?;
     let poll = Duration::from_secs(args.poll_interval);
@@ -211,7 +171,7 @@ async fn main() -> Result<()> {
     let mut missed = 0;
     let mut sent_total = 0u64;
     for run in 1..=args.runs {
-        wait_idle(&system).await?;
+        system.wait_idle_at_zero(SOURCE, Duration::from_secs(180)).await?;
         let (r, sending) = run_once(&system, &queue, &args).await?;
         sent_total += args.messages.div_ceil(args.senders).max(10) as u64 * args.senders as u64;
         match r.reaction {

@@ -2,7 +2,7 @@
 //!
 //! The demo and the multi-process end-to-end suite need a Kubernetes API that the operator and kubectl
 //! reach through a kubeconfig, and readers started per Deployment replica; this binary wires
-//! [`sluice_tests::controlplane`] and [`sluice_tests::kubelet`] together and runs until SIGTERM/SIGINT,
+//! [`sluice_localcp::controlplane`] and [`sluice_localcp::kubelet`] together and runs until SIGTERM/SIGINT,
 //! then stops every reader within its grace period.
 
 use std::net::SocketAddr;
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use sluice_tests::controlplane::{self, ControlPlane};
-use sluice_tests::kubelet::{self, Kubelet};
+use sluice_localcp::controlplane::{self, ControlPlane};
+use sluice_localcp::kubelet::{self, Kubelet};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// Local Kubernetes control plane for Sluice tests and demos (plain HTTP, loopback only; no token

@@ -36,7 +36,7 @@ async fn client_from(kubeconfig: &Path) -> kube::Client {
 }
 
 fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().and_then(Path::parent).unwrap()
 }
 
 #[tokio::test]

@@ -15,8 +15,8 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use sluice_tests::controlplane::error::Cause;
-use sluice_tests::controlplane::{Config, ControlPlane};
+use sluice_localcp::controlplane::error::Cause;
+use sluice_localcp::controlplane::{Config, ControlPlane};
 
 const STEP: Duration = Duration::from_secs(10);
 

@@ -19,6 +19,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sluice_crds::SqsSource;
 
+use crate::poll::{self, Check};
+
 /// Field manager of what the harness applies (the user's `kubectl apply`).
 const MANAGER: &str = "sluice-e2e";
 
@@ -37,7 +39,25 @@ pub struct System {
     pub namespace: String,
 }
 
+/// Where the binaries of this build are (`target/debug`, say): the directory of the running
+/// executable, or its parent for a test executable (those sit in `deps/` below it). The suites and
+/// benchmarks run the binaries built beside them, whichever package they belong to.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the path of the running executable");
+    let dir = exe.parent().expect("an executable lives in a directory");
+    if dir.file_name().is_some_and(|n| n == "deps") { dir.parent().unwrap_or(dir) } else { dir }.to_owned()
+}
+
 impl System {
+    /// How a suite starts: the binaries of [`bin_dir`], an emptied `state_dir` (kept after the run, so a
+    /// failure's logs can be read), and the operator running.
+    pub async fn start_with_operator(state_dir: &Path) -> Result<Self> {
+        let _ = std::fs::remove_dir_all(state_dir);
+        let mut system = Self::start(&bin_dir(), state_dir).await?;
+        system.start_operator()?;
+        Ok(system)
+    }
+
     /// Starts the control plane and its process runner, and installs the CRD and the reader
     /// policy. `bin_dir` holds
     /// `sluice-localcp`, `sluice-operator` and `sluice-reader` (e.g. `target/debug`); `state_dir` gets
@@ -99,7 +119,7 @@ impl System {
 
     /// Applies the committed CRD, as `kubectl apply -f deploy/crds/sqssource.yaml` would.
     async fn install_crd(&self) -> Result<()> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/sqssource.yaml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds/sqssource.yaml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text)?;
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
@@ -161,24 +181,36 @@ impl System {
         Ok(api.get_opt(&format!("{source}-reader")).await?)
     }
 
+    /// `spec.replicas` of the reader Deployment of `source`, if it exists: what the autoscaler asked for.
+    pub async fn reader_replicas(&self, source: &str) -> Result<Option<i32>> {
+        Ok(self.reader_deployment(source).await?.and_then(|d| d.spec).and_then(|s| s.replicas))
+    }
+
+    /// Waits until the reader Deployment of `source` asks for 0 replicas and no reader of it runs.
+    pub async fn wait_idle_at_zero(&self, source: &str, timeout: Duration) -> Result<()> {
+        poll::until(timeout, Duration::from_millis(250), || async {
+            let replicas = self.reader_replicas(source).await?;
+            let running = self.running_readers(source).len();
+            Ok(Check::met_if(replicas == Some(0) && running == 0, || {
+                format!(
+                    "{source}: not idle at zero readers (spec.replicas {replicas:?}, {running} running); logs under {}",
+                    self.state_dir.display()
+                )
+            }))
+        })
+        .await
+    }
+
     /// Waits until the reader Deployment of `source` reports at least `ready` ready replicas.
     pub async fn wait_ready_readers(&self, source: &str, ready: i32, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if let Some(d) = self.reader_deployment(source).await? {
-                let status = d.status.unwrap_or_default();
-                if status.ready_replicas.unwrap_or(0) >= ready {
-                    return Ok(());
-                }
-            }
-            if start.elapsed() > timeout {
-                bail!(
-                    "{source}: fewer than {ready} ready readers after {timeout:?}; see {}",
-                    self.state_dir.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        poll::until(timeout, Duration::from_millis(250), || async {
+            let deployment = self.reader_deployment(source).await?;
+            let status = deployment.and_then(|d| d.status).unwrap_or_default();
+            Ok(Check::met_if(status.ready_replicas.unwrap_or(0) >= ready, || {
+                format!("{source}: fewer than {ready} ready readers; see {}", self.state_dir.display())
+            }))
+        })
+        .await
     }
 
     /// Reader processes as the runner last wrote them (`pods.json`): (pod name, pid, deployment).
@@ -206,6 +238,16 @@ impl System {
         self.reader_processes()
             .into_iter()
             .filter(|p| p.deployment == deployment && p.pid.is_some() && !p.terminating)
+            .collect()
+    }
+
+    /// Reader processes of `source` that are alive, terminating ones included (a draining reader still
+    /// delivers).
+    pub fn alive_readers(&self, source: &str) -> Vec<ReaderProcess> {
+        let deployment = format!("{source}-reader");
+        self.reader_processes()
+            .into_iter()
+            .filter(|p| p.deployment == deployment && p.pid.is_some())
             .collect()
     }
 
@@ -260,14 +302,11 @@ fn stop_child(mut child: Child, signal: Signal, grace: Duration) {
 }
 
 async fn wait_for_file(path: &Path, timeout: Duration) -> Result<()> {
-    let start = Instant::now();
-    while !path.is_file() || std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true) {
-        if start.elapsed() > timeout {
-            bail!("{} did not appear within {timeout:?}", path.display());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
+    poll::until(timeout, Duration::from_millis(50), || async {
+        let written = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0);
+        Ok(Check::met_if(written, || format!("{} did not appear", path.display())))
+    })
+    .await
 }
 
 /// A client that is replaced before use; building the real one needs the control plane's URL first.

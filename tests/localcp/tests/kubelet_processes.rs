@@ -11,8 +11,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
-use sluice_tests::controlplane::{Config, ControlPlane};
-use sluice_tests::kubelet::{self, Kubelet, PodInfo};
+use sluice_localcp::controlplane::{Config, ControlPlane};
+use sluice_localcp::kubelet::{self, Kubelet, PodInfo};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 

@@ -31,7 +31,7 @@ pub fn register_validators(cp: &ControlPlane) {
 pub fn reader_policy_documents() -> anyhow::Result<Vec<serde_json::Value>> {
     use anyhow::Context as _;
     use serde::Deserialize as _;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policy");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/policy");
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
