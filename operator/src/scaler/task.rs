@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::apply::{self, ScaleStatus};
 use super::attributes::{AttributesError, QueueAttributes, source_figures};
 use super::decision::{Decision, Observation, decide};
-use super::drain::{drain_rate, lease_selector};
+use super::drain::{DrainRate, drain_rate, lease_selector};
 use super::history::History;
 use super::metrics::{Metrics, SourceLabels};
 use crate::names::{SCALER_FIELD_MANAGER, checkpoint_name, reader_name};
@@ -73,7 +73,8 @@ fn labels_of(source: &SqsSource) -> SourceLabels {
     SourceLabels { namespace: source.namespace().unwrap_or_default(), source: source.name_any() }
 }
 
-/// One interval for one source, at `now`.
+/// One interval for one source, at `now`: read the inputs, decide, then write in order the
+/// replicas, the status and the event.
 pub async fn tick(
     ctx: &Context,
     source: &SqsSource,
@@ -90,11 +91,7 @@ pub async fn tick(
         return Ok(Tick::NoDeployment);
     };
     let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(&name))).await?;
-    let now_ms = now.as_millisecond();
-    let empty = Default::default();
-    let drain = drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now_ms);
+    let drain = read_drain(ctx, &namespace, &name, now).await?;
 
     let history = state.history.take().unwrap_or_else(|| History::starting_at(now, current));
     let rate_limit = spec.rate_limit.as_ref().and_then(|r| r.messages_per_second).map(f64::from);
@@ -109,25 +106,75 @@ pub async fn tick(
     state.history = Some(decision.history.clone());
     ctx.metrics.observe(&labels_of(source), &figures, drain.per_replica, current, &decision);
 
-    let publish = spec.rate_limit.is_some();
+    apply_replicas(ctx, source, state, &deployments, current, &decision, now).await?;
+    let scale =
+        ScaleStatus { desired: decision.desired, figures, drain_total: drain.total, last_scale: None };
+    write_status(ctx, source, state, scale, now).await?;
     if decision.changes(current) {
-        let up = decision.desired > current;
-        if up && publish {
-            publish_replicas(ctx, source, state, decision.desired).await?;
-        }
-        let params =
-            PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
-        let body = apply::deployment_replicas(decision.desired);
-        deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
-        if !up && publish {
-            publish_replicas(ctx, source, state, decision.desired).await?;
-        }
-        tracing::info!(%namespace, source = %name, from = current, to = decision.desired, reason = %decision.reason, "scaled readers");
-        state.last_scale = Some((now.to_string(), decision.reason.to_string()));
-    } else if publish && state.replicas_published != Some(current) {
-        publish_replicas(ctx, source, state, current).await?;
+        announce(ctx, source, current, &decision).await;
     }
+    Ok(Tick::Decided { current, decision })
+}
 
+/// The source's drain rate from its readers' lease ConfigMaps.
+async fn read_drain(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+) -> Result<DrainRate, TickError> {
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(name))).await?;
+    let empty = Default::default();
+    Ok(drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now.as_millisecond()))
+}
+
+/// Writes the decided replica count, with the readers' `replicas` figure (when the source has a rate
+/// limit) published before a scale-up and after a scale-down (see the module doc); with no change,
+/// publishes the figure if it was not yet.
+async fn apply_replicas(
+    ctx: &Context,
+    source: &SqsSource,
+    state: &mut SourceState,
+    deployments: &Api<Deployment>,
+    current: i32,
+    decision: &Decision,
+    now: Timestamp,
+) -> Result<(), TickError> {
+    let publish = source.spec.rate_limit.is_some();
+    if !decision.changes(current) {
+        if publish && state.replicas_published != Some(current) {
+            publish_replicas(ctx, source, state, current).await?;
+        }
+        return Ok(());
+    }
+    let up = decision.desired > current;
+    if up && publish {
+        publish_replicas(ctx, source, state, decision.desired).await?;
+    }
+    let name = source.name_any();
+    let params = PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
+    let body = apply::deployment_replicas(decision.desired);
+    deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
+    if !up && publish {
+        publish_replicas(ctx, source, state, decision.desired).await?;
+    }
+    let namespace = source.namespace().unwrap_or_default();
+    tracing::info!(%namespace, source = %name, from = current, to = decision.desired, reason = %decision.reason, "scaled readers");
+    state.last_scale = Some((now.to_string(), decision.reason.to_string()));
+    Ok(())
+}
+
+/// Applies the scaler's status fields when they differ from what this loop last wrote. `scale`
+/// comes without `last_scale`: that is the loop's memory, seeded from the object's status on the
+/// first write.
+async fn write_status(
+    ctx: &Context,
+    source: &SqsSource,
+    state: &mut SourceState,
+    mut scale: ScaleStatus,
+    now: Timestamp,
+) -> Result<(), TickError> {
     if state.status_written.is_none() {
         // An apply that omits a field this manager owned deletes it: carry over what is there.
         let status = source.status.as_ref();
@@ -137,35 +184,33 @@ pub async fn tick(
             state.last_scale.get_or_insert((time, reason));
         }
     }
-    let scale = ScaleStatus {
-        desired: decision.desired,
-        figures: figures.clone(),
-        drain_total: drain.total,
-        last_scale: state.last_scale.clone(),
-    };
+    scale.last_scale = state.last_scale.clone();
     if state.status_written.as_ref().is_none_or(|before| scale.differs_from(before)) {
+        let namespace = source.namespace().ok_or(TickError::Incomplete)?;
         let sources: Api<SqsSource> = Api::namespaced(ctx.client.clone(), &namespace);
         let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
-        sources.patch_status(&name, &params, &Patch::Apply(&apply::status(&scale, &now.to_string()))).await?;
+        let body = apply::status(&scale, &now.to_string());
+        sources.patch_status(&source.name_any(), &params, &Patch::Apply(&body)).await?;
         state.status_written = Some(scale);
     }
+    Ok(())
+}
 
-    if decision.changes(current)
-        && let Some(reason) = decision.reason.event_reason()
-    {
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.to_owned(),
-            note: Some(format!("{} -> {} replicas: {}", current, decision.desired, decision.reason)),
-            action: "Scale".to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = ctx.recorder.publish(&event, &source.object_ref(&())).await {
-            // The scale happened; a lost Event must not make the next interval redo it.
-            tracing::warn!(%namespace, source = %name, %error, "cannot publish scale event");
-        }
+/// A Normal event for a change of replicas whose reason has one.
+async fn announce(ctx: &Context, source: &SqsSource, current: i32, decision: &Decision) {
+    let Some(reason) = decision.reason.event_reason() else { return };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_owned(),
+        note: Some(format!("{} -> {} replicas: {}", current, decision.desired, decision.reason)),
+        action: "Scale".to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &source.object_ref(&())).await {
+        // The scale happened; a lost Event must not make the next interval redo it.
+        let (namespace, name) = (source.namespace().unwrap_or_default(), source.name_any());
+        tracing::warn!(%namespace, source = %name, %error, "cannot publish scale event");
     }
-    Ok(Tick::Decided { current, decision })
 }
 
 async fn publish_replicas(
