@@ -17,6 +17,7 @@ use sluice_tests::controlplane::registry::Registry;
 use sluice_tests::controlplane::sluice::{install_reader_policy, reader_policy_documents};
 use sluice_tests::controlplane::{Config, ControlPlane};
 use sluice_tests::kubelet::{self, Kubelet, serviceaccount};
+use sluice_tests::poll;
 
 const NS: &str = "team-a";
 const SOURCE: &str = "orders";
@@ -305,13 +306,7 @@ fn shell_deployment(name: &str, replicas: i32, automount: bool) -> Value {
 
 /// What `check` finds, polled every 100 ms for up to 20 s (the runner works in ticks).
 async fn found<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..200 {
-        if let Some(v) = check() {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}")
+    poll::eventually(what, Duration::from_secs(20), || std::future::ready(check())).await
 }
 
 #[tokio::test]

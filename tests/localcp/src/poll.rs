@@ -46,6 +46,23 @@ where
     }
 }
 
+/// For tests: what `check` finds (`Some`), looked for every 100 ms; panics with "timed out waiting
+/// for `what`" once `timeout` passes.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let found = until(timeout, Duration::from_millis(100), || {
+        let look = check();
+        async move {
+            Ok(look.await.map_or_else(|| Check::NotYet(format!("timed out waiting for {what}")), Check::Met))
+        }
+    })
+    .await;
+    found.unwrap_or_else(|error| panic!("{error}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +88,12 @@ mod tests {
         .await
         .unwrap_err();
         assert!(error.to_string().starts_with("queue holds 7 messages (waited"), "{error}");
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "timed out waiting for the greeting")]
+    async fn eventually_panics_naming_what_never_came() {
+        eventually("the greeting", Duration::ZERO, || async { None::<()> }).await;
     }
 
     #[tokio::test]

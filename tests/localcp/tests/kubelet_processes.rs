@@ -13,23 +13,13 @@ use nix::unistd::Pid;
 use serde_json::json;
 use sluice_localcp::controlplane::{Config, ControlPlane};
 use sluice_localcp::kubelet::{self, Kubelet, PodInfo};
+use sluice_localcp::poll;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-/// Polls `check` every 100 ms until it returns `Some`, panicking with `what` after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// What `check` finds, polled every 100 ms, panicking with `what` after [`DEADLINE`].
+async fn eventually<T, Fut: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> Fut) -> T {
+    poll::eventually(what, DEADLINE, check).await
 }
 
 fn running(k: &Kubelet, deployment: &str) -> Vec<PodInfo> {

@@ -12,20 +12,15 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
+use sluice_localcp::poll;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
 async fn wait_for_file(path: &Path) -> String {
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && !text.trim().is_empty()
-        {
-            return text;
-        }
-        assert!(start.elapsed() < DEADLINE, "{} never appeared", path.display());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll::eventually(&format!("{} to appear", path.display()), DEADLINE, || async {
+        std::fs::read_to_string(path).ok().filter(|text| !text.trim().is_empty())
+    })
+    .await
 }
 
 async fn client_from(kubeconfig: &Path) -> kube::Client {
@@ -102,16 +97,12 @@ async fn binary_serves_runs_pods_validates_and_stops_on_sigterm() {
                               "spec": {"containers": [{"name": "c", "image": "i", "command": ["sleep", "300"]}]}}}});
     deploys.patch("sleeper", &PatchParams::apply("test"), &Patch::Apply(&d)).await.unwrap();
     let pods_file = state.join("pods.json");
-    let start = tokio::time::Instant::now();
-    let pid = loop {
+    let pid = poll::eventually("the replica to start", DEADLINE, || async {
         let pods: Vec<serde_json::Value> =
             std::fs::read(&pods_file).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        if let Some(pid) = pods.first().and_then(|p| p["pid"].as_u64()) {
-            break pid;
-        }
-        assert!(start.elapsed() < DEADLINE, "the replica never started");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        pods.first().and_then(|p| p["pid"].as_u64())
+    })
+    .await;
 
     // SIGTERM: the binary stops its processes and exits 0.
     let own = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
