@@ -2,6 +2,7 @@
 //! Test harness.
 pub mod controlplane;
 pub mod kubelet;
+pub mod latency_proxy;
 pub mod localstack;
 pub mod sinkserver;
 pub mod system;
