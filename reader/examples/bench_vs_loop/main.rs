@@ -47,6 +47,18 @@ enum Cmd {
     Compare(CompareArgs),
     /// The baseline loop itself (started by `compare` as a process of its own).
     Baseline(BaselineArgs),
+    /// Check the latency proxy: time sequential ListQueues calls direct and through it.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args)]
+struct ProbeArgs {
+    #[arg(long, default_value_t = 50)]
+    rtt_ms: u64,
+    #[arg(long, default_value_t = 20)]
+    calls: usize,
+    #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
+    endpoint: String,
 }
 
 #[derive(Args, Clone)]
@@ -114,6 +126,14 @@ async fn main() -> Result<(), String> {
             consumer.run().await
         }
         Cmd::Compare(args) => compare(args).await,
+        Cmd::Probe(a) => {
+            let proxy = rtt::proxy(&a.endpoint, Duration::from_millis(a.rtt_ms), None).await?;
+            for endpoint in [a.endpoint.clone(), proxy.url()] {
+                let ms = call_ms(&queue::client(&endpoint), a.calls).await?;
+                println!("{endpoint}: ListQueues median {ms:.1} ms");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -181,8 +201,23 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
             }
         }
     }
-    report::summary(&samples, args.pollers);
+    // LocalStack's own time per call (plus the SDK's), measured now: the real round trip of a call
+    // behind the proxy is the added RTT plus this.
+    let base_ms = call_ms(&client, 20).await?;
+    report::summary(&samples, base_ms);
     Ok(())
+}
+
+/// Median milliseconds of `calls` sequential ListQueues: what a call costs besides the network.
+async fn call_ms(client: &aws_sdk_sqs::Client, calls: usize) -> Result<f64, String> {
+    let mut took = Vec::new();
+    for _ in 0..calls.max(1) {
+        let started = Instant::now();
+        client.list_queues().send().await.map_err(|e| format!("ListQueues: {e:?}"))?;
+        took.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    took.sort_by(f64::total_cmp);
+    Ok(took[took.len() / 2])
 }
 
 /// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/bench_vs_loop`.
@@ -253,6 +288,7 @@ impl Run<'_> {
                 consumer,
                 round,
                 rtt_ms: self.rtt_ms,
+                pollers: self.args.pollers,
                 calls,
                 memory: Memory { idle_kib: idle_kib.map(|(rss, _)| rss), end_kib: rss, peak_kib: hwm },
                 seconds: (end - first).as_secs_f64(),
@@ -264,7 +300,13 @@ impl Run<'_> {
         }
         .await;
         stop(&mut child);
-        outcome
+        let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+        outcome.map(|mut sample| {
+            if consumer == Consumer::Reader {
+                sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers);
+            }
+            sample
+        })
     }
 
     /// Wait (bounded) for the first delivery; the time it landed and the consumer's CPU then.

@@ -39,6 +39,8 @@ pub struct Sample {
     pub round: usize,
     /// Round trip the latency proxy added (0: none).
     pub rtt_ms: u64,
+    /// Pollers at the end of the run (the reader adapts its count; the loop keeps its own).
+    pub pollers: usize,
     /// SQS calls through the proxy (all zero without one).
     pub calls: Calls,
     pub memory: Memory,
@@ -66,7 +68,7 @@ pub fn header(endpoint: &str, reader: &Path, messages: usize, runs: usize, polle
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     println!(
-        "{:<9} {:>4} {:>5} {:>8} {:>8} {:>12} {:>11} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:>4} {:>5} {:>8} {:>8} {:>12} {:>11} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         "consumer",
         "rtt",
         "round",
@@ -75,6 +77,7 @@ pub fn header(endpoint: &str, reader: &Path, messages: usize, runs: usize, polle
         "cpu-s/window",
         "cpu-s/total",
         "accepted",
+        "pollers",
         "recv-fill",
         "del-fill",
         "calls/msg",
@@ -87,7 +90,7 @@ pub fn header(endpoint: &str, reader: &Path, messages: usize, runs: usize, polle
 pub fn line(s: &Sample) {
     let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     println!(
-        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         s.consumer.label(),
         s.rtt_ms,
         s.round,
@@ -96,6 +99,7 @@ pub fn line(s: &Sample) {
         s.cpu_window,
         s.cpu_total,
         s.accepted,
+        s.pollers,
         per(s.messages as u64, s.calls.receive),
         per(s.messages as u64, s.calls.delete),
         per(s.calls.total(), s.messages as u64),
@@ -123,8 +127,9 @@ impl Sample {
 }
 
 /// Per round trip: the medians of both and their ratios, then (behind a proxy) each one's ratio to
-/// the ceiling `pollers x 10 / RTT` (every poller receiving a full batch once per round trip).
-pub fn summary(all: &[Sample], pollers: usize) {
+/// the ceiling `pollers x 10 / RTT` of the pollers it ended with (every poller receiving a full
+/// batch once per round trip).
+pub fn summary(all: &[Sample], base_ms: f64) {
     let mut rtts: Vec<u64> = all.iter().map(|s| s.rtt_ms).collect();
     rtts.dedup();
     for rtt in rtts {
@@ -133,8 +138,11 @@ pub fn summary(all: &[Sample], pollers: usize) {
         println!("== round trip added: {rtt} ms");
         summary_of(&samples);
         if rtt > 0 {
-            let ceiling = pollers as f64 * 10.0 * 1000.0 / rtt as f64;
             for c in [Consumer::Reader, Consumer::Baseline] {
+                let pollers =
+                    median(samples.iter().filter(|s| s.consumer == c).map(|s| s.pollers as f64).collect());
+                let ceiling = pollers * 10.0 * 1000.0 / rtt as f64;
+                let with_base = pollers * 10.0 * 1000.0 / (rtt as f64 + base_ms);
                 let rate = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.rate()).collect());
                 let mem = median(
                     samples
@@ -144,9 +152,11 @@ pub fn summary(all: &[Sample], pollers: usize) {
                         .collect(),
                 );
                 println!(
-                    "ceiling {pollers} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it (peak RSS median {mem:.1} MiB)",
+                    "ceiling {pollers:.0} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
+                     of {with_base:.0} (RTT + LocalStack's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
                     c.label(),
-                    rate / ceiling
+                    rate / ceiling,
+                    rate / with_base
                 );
             }
         }

@@ -88,6 +88,19 @@ pub async fn proxy(
         .map_err(|e| format!("latency proxy in front of {upstream}: {e}"))
 }
 
+/// The reader's poller count at the end of a run: the last `to=` of its "pollers resized" log
+/// lines (text format), summed over its queues; `None` if it never resized.
+pub fn pollers_chosen(log: &str) -> Option<usize> {
+    let mut per_queue: std::collections::BTreeMap<&str, usize> = Default::default();
+    for line in log.lines().filter(|l| l.contains("pollers resized")) {
+        let field = |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(name));
+        if let (Some(queue), Some(to)) = (field("queue="), field("to=").and_then(|t| t.parse().ok())) {
+            per_queue.insert(queue, to);
+        }
+    }
+    (!per_queue.is_empty()).then(|| per_queue.values().sum())
+}
+
 /// `http://127.0.0.1:4566/...` -> 127.0.0.1:4566.
 fn upstream_addr(url: &str) -> Result<SocketAddr, String> {
     let rest = url.split("://").nth(1).ok_or_else(|| format!("{url} is not a URL"))?;
