@@ -147,7 +147,10 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Delay, tap
     };
     let write = async move {
         while let Some((at, chunk)) = in_air.recv().await {
-            tokio::time::sleep_until(at).await;
+            // The timer wheel rounds up to the next millisecond: no sleep when already due.
+            if at > Instant::now() {
+                tokio::time::sleep_until(at).await;
+            }
             if to.write_all(&chunk).await.is_err() {
                 return;
             }
