@@ -6,7 +6,10 @@
 //! pollers while receives come back full and the work they bring is taken up, and give them back
 //! when receives come back part-empty. More pollers never help when the sink or the rate limit is
 //! what holds the reader back (they would only hold more messages invisible), so then the count
-//! goes down. Pure: the caller measures, this decides.
+//! goes down. Nor do they when SQS itself is the limit: batches still come back full, but the
+//! rate does not rise, so every growth is a trial that must pay off (at least half the gain its
+//! added pollers promise) in the next window, or it is undone and growth rests for a while.
+//! Pure: the caller measures, this decides.
 
 use std::time::Duration;
 
@@ -14,6 +17,8 @@ use std::time::Duration;
 const FULL: f64 = 0.9;
 /// A batch at most this full means the pollers take more than the queue has.
 const SPARSE: f64 = 0.5;
+/// Windows without growth after a growth that did not pay off.
+const REST_WINDOWS: u32 = 30;
 
 /// What the pollers of one queue saw in the last window.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -43,7 +48,52 @@ pub struct Bounds {
     pub rate: Option<u32>,
 }
 
-/// The next poller count for a queue that has `current` now.
+/// A queue's poller count, window after window.
+#[derive(Debug)]
+pub struct PollerCount {
+    bounds: Bounds,
+    current: usize,
+    /// The last growth, on trial: the count before it and the messages of the window before it.
+    trial: Option<(usize, u64)>,
+    rest: u32,
+}
+
+impl PollerCount {
+    /// Starts at `bounds.min`.
+    pub fn new(bounds: Bounds) -> Self {
+        Self { bounds, current: bounds.min, trial: None, rest: 0 }
+    }
+
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// The count for the next window, from what the last one (of the same length as the one
+    /// before) showed.
+    pub fn next(&mut self, window: Window) -> usize {
+        self.rest = self.rest.saturating_sub(1);
+        if let Some((from, before)) = self.trial.take() {
+            let promised = (self.current - from) as f64 / from.max(1) as f64;
+            let gained = window.messages as f64 / before.max(1) as f64 - 1.0;
+            if gained < promised / 2.0 {
+                self.current = from;
+                self.rest = REST_WINDOWS;
+                return self.current;
+            }
+        }
+        let proposed = next(self.current, window, self.bounds);
+        if proposed > self.current {
+            if self.rest > 0 {
+                return self.current;
+            }
+            self.trial = Some((self.current, window.messages));
+        }
+        self.current = proposed;
+        self.current
+    }
+}
+
+/// The next poller count for a queue that has `current` now, from one window alone.
 pub fn next(current: usize, window: Window, bounds: Bounds) -> usize {
     let ceiling = ceiling(window.round_trip, bounds);
     let current = current.clamp(bounds.min, ceiling);
@@ -113,6 +163,24 @@ mod tests {
         assert_eq!(next(8, sink_bound, BOUNDS), 7);
         let rate_bound = Window { waited_for_rate: true, ..window(100, 1000) };
         assert_eq!(next(8, rate_bound, BOUNDS), 7);
+    }
+
+    #[test]
+    fn growth_that_pays_goes_on_and_growth_that_does_not_is_undone_then_rests() {
+        let mut count = PollerCount::new(BOUNDS);
+        // The rate follows the pollers: 2 -> 3 -> 4.
+        assert_eq!(count.next(window(100, 1000)), 3);
+        assert_eq!(count.next(window(150, 1500)), 4);
+        // Now the rate stays put although batches are full: the step to 5 is undone.
+        assert_eq!(count.next(window(200, 2000)), 5);
+        assert_eq!(count.next(window(200, 2000)), 4);
+        for _ in 0..REST_WINDOWS - 1 {
+            assert_eq!(count.next(window(200, 2000)), 4, "resting");
+        }
+        assert_eq!(count.next(window(200, 2000)), 5, "tries again after the rest");
+        // Sparse batches still shrink it at any time.
+        assert_eq!(count.next(window(200, 200)), 4);
+        assert_eq!(count.current(), 4);
     }
 
     #[test]

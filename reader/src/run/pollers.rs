@@ -18,7 +18,7 @@ use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::intake::limiter::Limiter;
 use crate::intake::poller::Poller;
-use crate::intake::poller_count::{self, Bounds, Window};
+use crate::intake::poller_count::{Bounds, PollerCount, Window};
 use crate::settle::Pipeline;
 
 /// How often the capacity is looked at within a window.
@@ -41,7 +41,8 @@ impl Crew {
         let mut pollers = JoinSet::new();
         let mut retire: Vec<CancellationToken> = Vec::new();
         let mut next_id = 0;
-        self.resize(self.bounds.min, &mut retire, &mut pollers, &mut next_id);
+        let mut count = PollerCount::new(self.bounds);
+        self.resize(count.current(), &mut retire, &mut pollers, &mut next_id);
         self.queue.receives.take();
         let stop = self.pipeline.stop().clone();
         'windows: loop {
@@ -62,7 +63,7 @@ impl Crew {
                 waited_for_capacity: capacity_short,
                 waited_for_rate: false,
             };
-            let want = poller_count::next(retire.len(), window, self.bounds);
+            let want = count.next(window);
             if want != retire.len() {
                 let fill =
                     tallied.messages as f64 / (tallied.receives.max(1) * self.bounds.batch as u64) as f64;
