@@ -8,20 +8,30 @@ use std::process::ExitCode;
 use clap::Parser;
 use sluice_reader::config::cli::{Args, LogFormat};
 use sluice_reader::config::source_file;
-use sluice_reader::process::{signals, stop::Stop};
+use sluice_reader::process::{runtime, signals, stop::Stop};
 use sluice_reader::run;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than the system allocator: the reader's profile is flat, and allocation
 /// (`malloc`, `_int_malloc`, `malloc_consolidate`, `memmove`) was its largest item, about 15% of its CPU
 /// in a release profile (BENCHMARKS.md). A well-kept allocator crate cuts that without touching the
-/// pipeline; no `unsafe` is needed here.
+/// pipeline; no `unsafe` is needed here. Built with `no_thp` (reader/Cargo.toml): otherwise it asks
+/// the kernel for transparent huge pages on its arena, and an idle reader held 12 MiB of them.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
+    match runtime::build() {
+        Ok(rt) => rt.block_on(reader(args)),
+        Err(e) => {
+            eprintln!("sluice-reader: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn reader(args: Args) -> ExitCode {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

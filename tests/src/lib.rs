@@ -3,6 +3,7 @@
 //! sink ([`sinkserver`]) and SqsSource manifests ([`source`]). The local control plane, the process
 //! runner and the system as processes live in the `sluice-localcp` crate; they are re-exported under
 //! their old paths so that a suite names everything through `sluice_tests`.
+pub mod latency_proxy;
 pub mod localstack;
 pub mod sinkserver;
 pub mod source;

@@ -21,10 +21,12 @@ use sluice_crds::{Guarantee, ReaderSpec, ResourceAmounts, SqsSourceSpec};
 use super::service_account::account_name;
 use crate::validate::Validated;
 
-/// Requests sized from a measured run: a reader (debug build, default receive settings, four
-/// pollers) delivering 20,000 messages from LocalStack to an HTTP sink at about 370 messages/s
-/// peaked at 62 MiB resident and used 0.22 CPU (`/usr/bin/time -v`); a release build needs less.
-/// A source that moves more per pod sets `spec.reader.resources`.
+/// Requests sized from measured runs of the release build (BENCHMARKS.md, footprint): a reader
+/// with four pollers sits at 26 MiB resident idle and peaks at 32-33 MiB draining a backlog of
+/// 1 KiB messages at 550-950 messages/s, using about 0.12 CPU-seconds per 1,000 messages. 64Mi
+/// is twice that peak: room for larger messages in work (the capacity holds at most pollers x 40
+/// messages) without a request that packs nodes too tightly. A source that moves more per pod
+/// sets `spec.reader.resources`.
 const DEFAULT_CPU_REQUEST: &str = "100m";
 const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
 /// Four times the measured peak: room for large messages in flight (up to 256 KiB each) before

@@ -20,15 +20,18 @@ mod baseline;
 mod proc_stat;
 mod queue;
 mod report;
+mod rtt;
 mod sink;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
-use report::{Consumer, Sample};
+use report::{Consumer, Memory, Sample};
+use rtt::SqsCalls;
 use sink::CountingSink;
 
 #[derive(Parser)]
@@ -44,6 +47,18 @@ enum Cmd {
     Compare(CompareArgs),
     /// The baseline loop itself (started by `compare` as a process of its own).
     Baseline(BaselineArgs),
+    /// Check the latency proxy: time sequential ListQueues calls direct and through it.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args)]
+struct ProbeArgs {
+    #[arg(long, default_value_t = 50)]
+    rtt_ms: u64,
+    #[arg(long, default_value_t = 20)]
+    calls: usize,
+    #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
+    endpoint: String,
 }
 
 #[derive(Args, Clone)]
@@ -66,6 +81,21 @@ struct CompareArgs {
     /// The reader binary; default: `sluice-reader` next to this example's directory.
     #[arg(long)]
     reader: Option<PathBuf>,
+    /// Round trips (ms) added between the consumers and LocalStack by a latency proxy (10%
+    /// jitter), each measured in its own set of rounds; 0 means no proxy. E.g. `0,5,20,50`.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    rtt_ms: Vec<u64>,
+    /// Also put the same round trip between the consumers and the sink.
+    #[arg(long)]
+    sink_rtt: bool,
+    /// Body size of each message in bytes (0: a small JSON document of about 40 bytes).
+    #[arg(long, default_value_t = 0)]
+    body_bytes: usize,
+    /// Start each consumer on the empty queue and read its idle memory after this many seconds,
+    /// then fill the queue while it runs (the throughput figures then include the fill; use this
+    /// for footprint, not for throughput).
+    #[arg(long, default_value_t = 0)]
+    idle_seconds: u64,
 }
 
 #[derive(Args)]
@@ -96,6 +126,14 @@ async fn main() -> Result<(), String> {
             consumer.run().await
         }
         Cmd::Compare(args) => compare(args).await,
+        Cmd::Probe(a) => {
+            let proxy = rtt::proxy(&a.endpoint, Duration::from_millis(a.rtt_ms), None).await?;
+            for endpoint in [a.endpoint.clone(), proxy.url()] {
+                let ms = call_ms(&queue::client(&endpoint), a.calls).await?;
+                println!("{endpoint}: ListQueues median {ms:.1} ms");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -123,28 +161,68 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
     report::header(&args.endpoint, &reader, args.messages, args.runs, args.pollers, args.wait_seconds);
 
     let mut samples = Vec::new();
-    for round in 0..args.runs {
-        let order = if round % 2 == 0 {
-            [Consumer::Reader, Consumer::Baseline]
-        } else {
-            [Consumer::Baseline, Consumer::Reader]
-        };
-        for consumer in order {
-            let run = Run {
-                args: &args,
-                reader: &reader,
-                sink: &sink,
-                sink_url: &sink_url,
-                client: &client,
-                ticks,
+    for &rtt_ms in &args.rtt_ms {
+        let rtt = Duration::from_millis(rtt_ms);
+        for round in 0..args.runs {
+            let order = if round % 2 == 0 {
+                [Consumer::Reader, Consumer::Baseline]
+            } else {
+                [Consumer::Baseline, Consumer::Reader]
             };
-            let sample = run.once(consumer, round).await?;
-            report::line(&sample);
-            samples.push(sample);
+            for consumer in order {
+                // Fresh proxies per run, so the counts are this consumer's alone.
+                let calls = Arc::new(SqsCalls::default());
+                let (sqs_proxy, sink_proxy) = if rtt_ms == 0 {
+                    (None, None)
+                } else {
+                    let sqs = rtt::proxy(&args.endpoint, rtt, Some(calls.clone())).await?;
+                    let sink = match args.sink_rtt {
+                        true => Some(rtt::proxy(&sink_url, rtt, None).await?),
+                        false => None,
+                    };
+                    (Some(sqs), sink)
+                };
+                let endpoint = sqs_proxy.as_ref().map_or(args.endpoint.clone(), |p| p.url());
+                let consumer_sink = sink_proxy.as_ref().map_or(sink_url.clone(), |p| format!("{}/", p.url()));
+                let run = Run {
+                    args: &args,
+                    reader: &reader,
+                    sink: &sink,
+                    sink_url: &consumer_sink,
+                    endpoint: &endpoint,
+                    client: &client,
+                    ticks,
+                    calls: &calls,
+                    rtt_ms,
+                };
+                let sample = run.once(consumer, round).await?;
+                report::line(&sample);
+                samples.push(sample);
+            }
         }
     }
-    report::summary(&samples);
+    // LocalStack's own time per call (plus the SDK's), measured now: the real round trip of a call
+    // behind the proxy is the added RTT plus this.
+    let base_ms = call_ms(&client, 20).await?;
+    report::summary(&samples, base_ms);
     Ok(())
+}
+
+/// Median milliseconds of `calls` sequential ListQueues: what a call costs besides the network.
+async fn call_ms(client: &aws_sdk_sqs::Client, calls: usize) -> Result<f64, String> {
+    let mut took = Vec::new();
+    for _ in 0..calls.max(1) {
+        let started = Instant::now();
+        client
+            .list_queues()
+            .queue_name_prefix("bench-probe-none")
+            .send()
+            .await
+            .map_err(|e| format!("ListQueues: {e:?}"))?;
+        took.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    took.sort_by(f64::total_cmp);
+    Ok(took[took.len() / 2])
 }
 
 /// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/bench_vs_loop`.
@@ -159,8 +237,12 @@ struct Run<'a> {
     reader: &'a PathBuf,
     sink: &'a CountingSink,
     sink_url: &'a str,
+    /// Where the consumer reaches SQS: LocalStack itself or a latency proxy in front of it.
+    endpoint: &'a str,
     client: &'a aws_sdk_sqs::Client,
     ticks: u64,
+    calls: &'a Arc<SqsCalls>,
+    rtt_ms: u64,
 }
 
 impl Run<'_> {
@@ -174,12 +256,21 @@ impl Run<'_> {
 
     async fn measure(&self, consumer: Consumer, round: usize, url: &str) -> Result<Sample, String> {
         let n = self.args.messages;
-        queue::fill(self.client, url, n).await?;
+        let idle = Duration::from_secs(self.args.idle_seconds);
+        if idle.is_zero() {
+            queue::fill(self.client, url, n, self.args.body_bytes).await?;
+        }
         self.sink.reset();
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut child = self.spawn(consumer, url, &dir)?;
         let pid = child.id();
         let outcome = async {
+            let mut idle_kib = None;
+            if !idle.is_zero() {
+                tokio::time::sleep(idle).await;
+                idle_kib = Some(proc_stat::memory_kib(pid).map_err(|e| e.to_string())?);
+                queue::fill(self.client, url, n, self.args.body_bytes).await?;
+            }
             let (first, cpu_first) = self.first_event(&mut child, &dir).await?;
             let deadline = Instant::now() + Duration::from_secs(300);
             while self.sink.figures().0 < n {
@@ -195,10 +286,16 @@ impl Run<'_> {
             queue::wait_empty(self.client, url, Duration::from_secs(60)).await?;
             let end = Instant::now();
             let cpu_end = proc_stat::cpu_time(pid, self.ticks).map_err(|e| e.to_string())?;
+            let calls = self.calls.snapshot();
+            let (rss, hwm) = proc_stat::memory_kib(pid).map_err(|e| e.to_string())?;
             let (_, accepted, _) = self.sink.figures();
             Ok::<Sample, String>(Sample {
                 consumer,
                 round,
+                rtt_ms: self.rtt_ms,
+                pollers: self.args.pollers,
+                calls,
+                memory: Memory { idle_kib: idle_kib.map(|(rss, _)| rss), end_kib: rss, peak_kib: hwm },
                 seconds: (end - first).as_secs_f64(),
                 cpu_window: (cpu_end - cpu_first).as_secs_f64(),
                 cpu_total: cpu_end.as_secs_f64(),
@@ -208,7 +305,13 @@ impl Run<'_> {
         }
         .await;
         stop(&mut child);
-        outcome
+        let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+        outcome.map(|mut sample| {
+            if consumer == Consumer::Reader {
+                sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers);
+            }
+            sample
+        })
     }
 
     /// Wait (bounded) for the first delivery; the time it landed and the consumer's CPU then.
@@ -244,7 +347,7 @@ impl Run<'_> {
                      queues: [{{url: '{url}', endpoint: '{}'}}]\n  \
                      receive: {{maxMessages: 10, waitTimeSeconds: {}, pollers: {}}}\n  \
                      sinks: [{{name: web, http: {{url: '{}', timeoutMs: 5000, concurrency: {}}}}}]\n",
-                    a.endpoint,
+                    self.endpoint,
                     a.wait_seconds,
                     a.pollers,
                     self.sink_url,
@@ -261,7 +364,7 @@ impl Run<'_> {
             Consumer::Baseline => {
                 let mut c = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
                 c.arg("baseline")
-                    .args(["--queue", url, "--endpoint", &a.endpoint, "--sink", self.sink_url])
+                    .args(["--queue", url, "--endpoint", self.endpoint, "--sink", self.sink_url])
                     .arg(format!("--pollers={}", a.pollers))
                     .arg(format!("--wait-seconds={}", a.wait_seconds));
                 c

@@ -37,6 +37,19 @@ fn utime_plus_stime(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// Resident memory now and its peak (VmRSS, VmHWM), in KiB, from /proc/<pid>/status.
+pub fn memory_kib(pid: u32) -> std::io::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("VmRSS:"), field("VmHWM:")))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

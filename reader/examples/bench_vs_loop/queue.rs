@@ -30,15 +30,16 @@ pub async fn create(client: &Client, name: &str) -> Result<String, String> {
     out.queue_url.ok_or_else(|| "CreateQueue returned no URL".into())
 }
 
-/// `count` small JSON bodies, eight batches of ten on the wire at a time.
-pub async fn fill(client: &Client, url: &str, count: usize) -> Result<(), String> {
+/// `count` small JSON bodies (padded to `body_bytes` when that is larger), eight batches of ten on
+/// the wire at a time.
+pub async fn fill(client: &Client, url: &str, count: usize, body_bytes: usize) -> Result<(), String> {
     let starts: Vec<usize> = (0..count).step_by(10).collect();
     let results: Vec<Result<(), String>> = stream::iter(starts)
         .map(|start| async move {
             let entries = (start..(start + 10).min(count)).map(|i| {
                 SendMessageBatchRequestEntry::builder()
                     .id(format!("m{i}"))
-                    .message_body(format!("{{\"order\":{i},\"note\":\"benchmark message\"}}"))
+                    .message_body(body(i, body_bytes))
                     .build()
                     .map_err(|e| e.to_string())
             });
@@ -88,4 +89,13 @@ pub async fn wait_empty(client: &Client, url: &str, within: Duration) -> Result<
 
 pub async fn delete(client: &Client, url: &str) {
     let _ = client.delete_queue().queue_url(url).send().await;
+}
+
+fn body(i: usize, bytes: usize) -> String {
+    let small = format!("{{\"order\":{i},\"note\":\"benchmark message\"}}");
+    let pad = bytes.saturating_sub(small.len() + 10);
+    if pad == 0 {
+        return small;
+    }
+    format!("{{\"order\":{i},\"note\":\"benchmark message\",\"pad\":\"{}\"}}", "x".repeat(pad))
 }

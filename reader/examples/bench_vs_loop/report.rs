@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+use crate::rtt::Calls;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Consumer {
     Reader,
@@ -21,9 +23,27 @@ impl Consumer {
     }
 }
 
+/// Resident memory of the consumer, KiB (from /proc/<pid>/status).
+#[derive(Clone, Copy)]
+pub struct Memory {
+    /// VmRSS on the empty queue before the fill (only with `--idle-seconds`).
+    pub idle_kib: Option<u64>,
+    /// VmRSS when the queue was empty again.
+    pub end_kib: u64,
+    /// VmHWM: the peak over the whole run.
+    pub peak_kib: u64,
+}
+
 pub struct Sample {
     pub consumer: Consumer,
     pub round: usize,
+    /// Round trip the latency proxy added (0: none).
+    pub rtt_ms: u64,
+    /// Pollers at the end of the run (the reader adapts its count; the loop keeps its own).
+    pub pollers: usize,
+    /// SQS calls through the proxy (all zero without one).
+    pub calls: Calls,
+    pub memory: Memory,
     /// First event at the sink to the queue reported empty.
     pub seconds: f64,
     /// Consumer CPU (user + system) over that window.
@@ -48,22 +68,50 @@ pub fn header(endpoint: &str, reader: &Path, messages: usize, runs: usize, polle
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     println!(
-        "{:<9} {:>5} {:>9} {:>10} {:>13} {:>11} {:>9}",
-        "consumer", "round", "seconds", "msgs/s", "cpu-s/window", "cpu-s/total", "accepted"
+        "{:<9} {:>4} {:>5} {:>8} {:>8} {:>12} {:>11} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "consumer",
+        "rtt",
+        "round",
+        "seconds",
+        "msgs/s",
+        "cpu-s/window",
+        "cpu-s/total",
+        "accepted",
+        "pollers",
+        "recv-fill",
+        "del-fill",
+        "calls/msg",
+        "idle-MiB",
+        "end-MiB",
+        "peak-MiB"
     );
 }
 
 pub fn line(s: &Sample) {
+    let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     println!(
-        "{:<9} {:>5} {:>9.2} {:>10.0} {:>13.2} {:>11.2} {:>9}",
+        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         s.consumer.label(),
+        s.rtt_ms,
         s.round,
         s.seconds,
         s.rate(),
         s.cpu_window,
         s.cpu_total,
-        s.accepted
+        s.accepted,
+        s.pollers,
+        per(s.messages as u64, s.calls.receive),
+        per(s.messages as u64, s.calls.delete),
+        per(s.calls.total(), s.messages as u64),
+        s.memory.idle_kib.map_or("-".into(), mib),
+        mib(s.memory.end_kib),
+        mib(s.memory.peak_kib),
     );
+}
+
+/// `a / b` to two places, or `-` when nothing was counted (no proxy).
+fn per(a: u64, b: u64) -> String {
+    if a == 0 || b == 0 { "-".into() } else { format!("{:.2}", a as f64 / b as f64) }
 }
 
 impl Sample {
@@ -78,9 +126,46 @@ impl Sample {
     }
 }
 
-pub fn summary(samples: &[Sample]) {
+/// Per round trip: the medians of both and their ratios, then (behind a proxy) each one's ratio to
+/// the ceiling `pollers x 10 / RTT` of the pollers it ended with (every poller receiving a full
+/// batch once per round trip).
+pub fn summary(all: &[Sample], base_ms: f64) {
+    let mut rtts: Vec<u64> = all.iter().map(|s| s.rtt_ms).collect();
+    rtts.dedup();
+    for rtt in rtts {
+        let samples: Vec<&Sample> = all.iter().filter(|s| s.rtt_ms == rtt).collect();
+        println!();
+        println!("== round trip added: {rtt} ms");
+        summary_of(&samples);
+        if rtt > 0 {
+            for c in [Consumer::Reader, Consumer::Baseline] {
+                let pollers =
+                    median(samples.iter().filter(|s| s.consumer == c).map(|s| s.pollers as f64).collect());
+                let ceiling = pollers * 10.0 * 1000.0 / rtt as f64;
+                let with_base = pollers * 10.0 * 1000.0 / (rtt as f64 + base_ms);
+                let rate = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.rate()).collect());
+                let mem = median(
+                    samples
+                        .iter()
+                        .filter(|s| s.consumer == c)
+                        .map(|s| s.memory.peak_kib as f64 / 1024.0)
+                        .collect(),
+                );
+                println!(
+                    "ceiling {pollers:.0} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
+                     of {with_base:.0} (RTT + LocalStack's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
+                    c.label(),
+                    rate / ceiling,
+                    rate / with_base
+                );
+            }
+        }
+    }
+}
+
+fn summary_of(samples: &[&Sample]) {
     let pick = |c: Consumer, f: &dyn Fn(&Sample) -> f64| -> Vec<f64> {
-        samples.iter().filter(|s| s.consumer == c).map(f).collect()
+        samples.iter().filter(|s| s.consumer == c).map(|s| f(s)).collect()
     };
     let rate = Sample::rate;
     let cpu = Sample::cpu_per_10k;
@@ -96,7 +181,6 @@ pub fn summary(samples: &[Sample]) {
             round_cpu.push(cpu(r) / cpu(b));
         }
     }
-    println!();
     println!("median throughput  reader {r_rate:.0} msgs/s, baseline {b_rate:.0} msgs/s");
     println!("median CPU-s/10k   reader {r_cpu:.2}, baseline {b_cpu:.2}");
     println!(

@@ -16,6 +16,7 @@ use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use crate::config::settings::CredentialSettings;
 
 pub mod queue;
+pub mod receive_tally;
 
 /// The default chain (environment, profile, web identity, Pod Identity, IMDS), optionally
 /// assuming a role on top of it, in a session named by the spec or else `reader_id`.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
+use crate::aws::receive_tally::ReceiveTally;
 use crate::aws::{SqsClients, describe, error_type};
 use crate::config::settings::{QueueLocation, QueueSettings, Settings};
 use crate::process::error::{Error, Result};
@@ -22,6 +23,8 @@ pub struct Queue {
     pub fifo: bool,
     /// The visibility timeout messages are received with (spec, else the queue's own).
     pub visibility: Duration,
+    /// What its receives brought lately (the poller count adapts to it).
+    pub receives: ReceiveTally,
 }
 
 /// Reach every queue in the spec; the first that fails ends this attempt with a config error
@@ -66,6 +69,7 @@ pub async fn connect(
             client,
             fifo: q.fifo,
             visibility: Duration::from_secs(seconds),
+            receives: ReceiveTally::default(),
         }));
     }
     Ok(queues)

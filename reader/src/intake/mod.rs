@@ -3,4 +3,5 @@
 pub mod decode;
 pub mod limiter;
 pub mod poller;
+pub mod poller_count;
 mod receive;

@@ -46,6 +46,8 @@ pub struct Poller {
     /// Messages in work (received, not yet settled by the sinks) at most, shared by every poller.
     pub capacity: Arc<Semaphore>,
     pub pipeline: Arc<Pipeline>,
+    /// Cancelled when the queue needs one poller fewer: it ends before its next receive.
+    pub retire: tokio_util::sync::CancellationToken,
 }
 
 /// What one turn of the loop brought.
@@ -72,7 +74,7 @@ struct Retry {
 impl Poller {
     pub async fn run(self) {
         let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
-        loop {
+        while !self.retire.is_cancelled() {
             match self.next_batch(&mut retry).await {
                 Turn::Received { permit, messages, stopping } => {
                     if !self.hand_off(permit, messages, stopping).await {

@@ -30,8 +30,12 @@ pub async fn receive_once(
         .send();
     // The SDK has no overall deadline; a long poll never legitimately takes much past its wait.
     let limit = Duration::from_secs(receive.wait_time_seconds as u64 + 15);
+    let started = tokio::time::Instant::now();
     match tokio::time::timeout(limit, call).await {
-        Ok(Ok(out)) => Ok(out),
+        Ok(Ok(out)) => {
+            queue.receives.record(started.elapsed(), out.messages().len());
+            Ok(out)
+        }
         Ok(Err(e)) => {
             let kind = error_type(&e);
             metrics.error("receive", kind.clone());

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod backoff;
 pub mod error;
 pub mod metrics;
+pub mod runtime;
 pub mod signals;
 pub mod stop;
 pub mod warnings;

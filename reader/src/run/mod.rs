@@ -10,6 +10,7 @@
 
 mod drain;
 mod epochs;
+mod pollers;
 mod start;
 
 use std::sync::Arc;

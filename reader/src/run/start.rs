@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use super::pollers::Crew;
 use super::{Coordination, Options, epochs};
 use crate::aws::queue::{self, Queue};
 use crate::aws::{SqsClients, load_sdk_config};
@@ -16,7 +17,7 @@ use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
 use crate::intake::limiter::{self, Limiter};
-use crate::intake::poller::Poller;
+use crate::intake::poller_count::Bounds;
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
@@ -150,31 +151,38 @@ async fn follow_rate_share(
     let _ = (limiter, stop);
 }
 
-/// `settings.pollers_per_queue()` pollers on each queue, sharing the capacity and the limiter.
+/// Each queue's pollers, from its share of `receive.pollers` up to twice that as its receives
+/// come back full (`run::pollers`), all sharing the capacity and the limiter.
+///
+/// Why at most twice: a poller holds a batch's worth of capacity while its receive is on the wire,
+/// and the capacity (which bounds the messages, so the memory, in work) stays what the spec's count
+/// gives; twice the pollers keep at most half of it in receives, the rest for deliveries.
 fn spawn_pollers(
     settings: &Settings,
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
     limiter: Arc<Limiter>,
 ) -> JoinSet<()> {
-    let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
+    let batch = settings.receive.max_messages as usize;
+    let capacity = settings.receive.pollers * batch * BATCHES_PER_POLLER;
     let capacity = Arc::new(Semaphore::new(capacity));
     let mut pollers = JoinSet::new();
-    let mut id = 0;
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
-        for _ in 0..count {
-            let poller = Poller {
-                id,
-                queue: queue.clone(),
-                receive: settings.receive.clone(),
-                payload: settings.payload,
-                limiter: limiter.clone(),
-                capacity: capacity.clone(),
-                pipeline: pipeline.clone(),
-            };
-            pollers.spawn(poller.run());
-            id += 1;
-        }
+        let crew = Crew {
+            queue: queue.clone(),
+            receive: settings.receive.clone(),
+            payload: settings.payload,
+            limiter: limiter.clone(),
+            capacity: capacity.clone(),
+            pipeline: pipeline.clone(),
+            bounds: Bounds {
+                min: count,
+                max: count * BATCHES_PER_POLLER / 2,
+                batch,
+                rate: settings.rate.messages_per_second,
+            },
+        };
+        pollers.spawn(crew.run());
     }
     pollers
 }
