@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_crds::Guarantee;
-use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +14,9 @@ use crate::aws::{SqsClients, load_sdk_config};
 use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
+use crate::intake::bound::Rule;
 use crate::intake::limiter::{self, Limiter};
+use crate::intake::pacing;
 use crate::intake::poller::Poller;
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
@@ -33,8 +34,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Backoff between attempts to reach an unreachable queue at start.
 const FIRST_CONNECT_RETRY: Duration = Duration::from_secs(1);
 const LONGEST_CONNECT_RETRY: Duration = Duration::from_secs(30);
-/// Work in the air per poller, in receive batches.
-const BATCHES_PER_POLLER: usize = 4;
 
 /// What the drain takes apart.
 pub struct Running {
@@ -116,7 +115,7 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, stop);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -150,15 +149,16 @@ async fn follow_rate_share(
     let _ = (limiter, stop);
 }
 
-/// `settings.pollers_per_queue()` pollers on each queue, sharing the capacity and the limiter.
+/// `settings.pollers_per_queue()` pollers on each queue, sharing what the reader holds and the limiter.
 fn spawn_pollers(
     settings: &Settings,
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
     limiter: Arc<Limiter>,
+    stop: &Stop,
 ) -> JoinSet<()> {
-    let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
-    let capacity = Arc::new(Semaphore::new(capacity));
+    let rule = Rule::from_settings(settings);
+    let held = pacing::start(rule, limiter.clone(), pipeline.metrics().clone(), stop.clone());
     let mut pollers = JoinSet::new();
     let mut id = 0;
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
@@ -169,7 +169,7 @@ fn spawn_pollers(
                 receive: settings.receive.clone(),
                 payload: settings.payload,
                 limiter: limiter.clone(),
-                capacity: capacity.clone(),
+                held: held.clone(),
                 pipeline: pipeline.clone(),
             };
             pollers.spawn(poller.run());
