@@ -8,6 +8,7 @@
 
 mod credentials;
 mod delivery;
+mod held;
 mod payload;
 mod pod_resources;
 mod queue;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{CredentialSource, Credentials, SecretCredentialsRef};
 pub use self::delivery::{DeliverySpec, Guarantee, RetrySpec, RetryStrategy};
+pub use self::held::HeldSpec;
 pub use self::payload::{PayloadFormat, PayloadSpec};
 pub use self::queue::QueueRef;
 pub use self::reader::{ReaderResources, ReaderServiceAccount, ReaderSpec, ResourceAmounts};

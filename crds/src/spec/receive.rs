@@ -7,6 +7,8 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use super::held::HeldSpec;
+
 /// ReceiveMessage settings, per poller. Default: 10 messages, 20 s long poll, the queue's own
 /// visibility timeout, 4 pollers, all attributes.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -39,6 +41,10 @@ pub struct ReceiveSpec {
     #[serde(default = "default_all")]
     #[schemars(length(max = 32), inner(length(min = 1, max = 256)))]
     pub message_attribute_names: Vec<String>,
+    /// Ceilings on what one reader holds (received, not yet settled): pollers stop receiving at
+    /// the bound and resume as messages settle. Default: 1000 messages, 64 MiB, 2 s horizon.
+    #[serde(default)]
+    pub held: HeldSpec,
 }
 
 /// Throughput cap for the whole source, a token bucket the operator divides evenly among reader
@@ -86,6 +92,7 @@ impl Default for ReceiveSpec {
             pollers: default_pollers(),
             attribute_names: default_all(),
             message_attribute_names: default_all(),
+            held: HeldSpec::default(),
         }
     }
 }

@@ -61,6 +61,16 @@ pub struct ReceiveSettings {
     pub pollers: usize,
     pub attribute_names: Vec<String>,
     pub message_attribute_names: Vec<String>,
+    pub held: HeldSettings,
+}
+
+/// Ceilings on what one reader holds (`spec.receive.held`); `intake::bound` works out the bound in
+/// force below them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldSettings {
+    pub max_messages: usize,
+    pub max_bytes: u64,
+    pub horizon: Duration,
 }
 
 /// The source-wide rate; a replica applies its share (`Limiter::set_rate`).
@@ -194,6 +204,24 @@ fn receive(spec: &SqsSourceSpec) -> Result<ReceiveSettings> {
         pollers: r.pollers as usize,
         attribute_names: r.attribute_names.clone(),
         message_attribute_names: r.message_attribute_names.clone(),
+        held: held(&r.held)?,
+    })
+}
+
+fn held(h: &sluice_crds::HeldSpec) -> Result<HeldSettings> {
+    if !(1..=100_000).contains(&h.max_messages) {
+        return Err(Error::config("spec.receive.held.maxMessages", "must be 1-100000"));
+    }
+    if !(1024..=4_294_967_296).contains(&h.max_bytes) {
+        return Err(Error::config("spec.receive.held.maxBytes", "must be 1024-4294967296 (4 GiB)"));
+    }
+    if !(100..=60_000).contains(&h.horizon_milliseconds) {
+        return Err(Error::config("spec.receive.held.horizonMilliseconds", "must be 100-60000"));
+    }
+    Ok(HeldSettings {
+        max_messages: h.max_messages as usize,
+        max_bytes: h.max_bytes,
+        horizon: Duration::from_millis(u64::from(h.horizon_milliseconds)),
     })
 }
 
@@ -287,6 +315,10 @@ mod tests {
         );
         assert_eq!(s.credentials, CredentialSettings::DefaultChain);
         assert_eq!(s.pollers_per_queue(), vec![4]);
+        assert_eq!(
+            s.receive.held,
+            HeldSettings { max_messages: 1000, max_bytes: 64 << 20, horizon: Duration::from_secs(2) }
+        );
     }
 
     fn field_of(yaml: &str) -> String {
@@ -304,6 +336,10 @@ mod tests {
         assert_eq!(field_of(&format!("{q}receive: {{maxMessages: 11}}")), "spec.receive.maxMessages");
         assert_eq!(field_of(&format!("{q}receive: {{waitTimeSeconds: 21}}")), "spec.receive.waitTimeSeconds");
         assert_eq!(field_of(&format!("{q}receive: {{pollers: 0}}")), "spec.receive.pollers");
+        assert_eq!(
+            field_of(&format!("{q}receive: {{held: {{horizonMilliseconds: 50}}}}")),
+            "spec.receive.held.horizonMilliseconds"
+        );
         assert_eq!(
             field_of(&format!("{q}rateLimit: {{messagesPerSecond: 0}}")),
             "spec.rateLimit.messagesPerSecond"

@@ -4,6 +4,11 @@
 //! replica its share, which changes as replicas come and go. `set_rate` builds fresh governor
 //! buckets and swaps them in; waits already under way finish against the buckets they started
 //! with, every later wait sees the new rate. No limit set means no waiting at all.
+//!
+//! Why waits pass in turn: governor wakes whichever waiter polls first, so under a tight limit a
+//! batch could wait behind batches received after it. Under exactlyOnce that holds an epoch open
+//! (it closes only when every message received in it is settled); taking turns in arrival order
+//! bounds a batch's wait by what was received before it.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
@@ -36,11 +41,13 @@ struct Buckets {
 pub struct Limiter {
     buckets: RwLock<Buckets>,
     rate: RwLock<RateSettings>,
+    /// Waits for the buckets, first come first served (tokio's mutex queues its waiters).
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Limiter {
     pub fn new(rate: RateSettings) -> Self {
-        let limiter = Self { buckets: RwLock::default(), rate: RwLock::new(rate) };
+        let limiter = Self { buckets: RwLock::default(), rate: RwLock::new(rate), turn: Default::default() };
         limiter.set_rate(rate);
         limiter
     }
@@ -66,6 +73,10 @@ impl Limiter {
             let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
             (buckets.messages.clone(), buckets.bytes.clone())
         };
+        if m.is_none() && b.is_none() {
+            return;
+        }
+        let _turn = self.turn.lock().await;
         if let Some(m) = m {
             take(&m, messages as u64).await;
         }
@@ -159,6 +170,26 @@ mod tests {
         assert!(start.elapsed() < Duration::from_millis(100), "the new, larger bucket starts full");
         limiter.set_rate(rate(None, None));
         limiter.acquire(1_000_000, 0).await;
+    }
+
+    #[tokio::test]
+    async fn waits_pass_in_arrival_order() {
+        let limiter = Arc::new(Limiter::new(rate(Some(20), None)));
+        limiter.acquire(20, 0).await; // the burst: the next waits each take about half a second
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waits = Vec::new();
+        for i in 0..4 {
+            let (limiter, order) = (limiter.clone(), order.clone());
+            waits.push(tokio::spawn(async move {
+                limiter.acquire(10, 0).await;
+                order.lock().unwrap().push(i);
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for w in waits {
+            w.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! From SQS into the pipeline: long-poll receives, the rate limit, decoding into records.
+//! From SQS into the pipeline: long-poll receives, the bound on what a reader holds, the rate
+//! limit, decoding into records.
 
+pub mod bound;
 pub mod decode;
 pub mod limiter;
+pub mod pacing;
 pub mod poller;
 pub mod poller_count;
 mod receive;

@@ -2,17 +2,18 @@
 //!
 //! Why receiving and delivering are split: a poller that waited for its sinks would leave the
 //! queue idle for the sink's whole round trip; instead it hands the batch to a delivery task and
-//! polls again, while the capacity semaphore bounds how much work is in the air. On a stop it
+//! polls again, while the bound on what the reader holds (`settle::held`, set by
+//! `intake::pacing`) keeps it from taking more than it can deliver soon. Room is claimed before a
+//! receive, so a long poll in progress always has room for what it brings. On a stop it
 //! lets a receive already on the wire land (briefly) and releases what it brought, so those
 //! messages are visible again at once rather than after their visibility timeout.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::Message;
 use sluice_crds::PayloadFormat;
 use sluice_protocol::now_ms;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decode::{Decoded, decode};
 use super::limiter::Limiter;
@@ -22,6 +23,7 @@ use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::Item;
 use crate::process::backoff::backoff;
 use crate::process::stop::Stop;
+use crate::settle::held::{Claim, Held};
 use crate::settle::ledger::Ticket;
 use crate::settle::{Arrival, Pipeline};
 
@@ -43,8 +45,8 @@ pub struct Poller {
     pub receive: ReceiveSettings,
     pub payload: PayloadFormat,
     pub limiter: Arc<Limiter>,
-    /// Messages in work (received, not yet settled by the sinks) at most, shared by every poller.
-    pub capacity: Arc<Semaphore>,
+    /// What the reader holds (received, not yet settled), shared by every poller.
+    pub held: Arc<Held>,
     pub pipeline: Arc<Pipeline>,
     /// Cancelled when the queue needs one poller fewer: it ends before its next receive.
     pub retire: tokio_util::sync::CancellationToken,
@@ -52,10 +54,11 @@ pub struct Poller {
 
 /// What one turn of the loop brought.
 enum Turn {
-    /// A batch, with the capacity it holds; `stopping`: it landed after the stop.
+    /// A batch, with the room it holds and when it landed; `stopping`: it landed after the stop.
     Received {
-        permit: OwnedSemaphorePermit,
+        claim: Claim,
         messages: Vec<Message>,
+        landed: Instant,
         stopping: bool,
     },
     /// Nothing to hand off (empty receive, or a failure already waited out).
@@ -76,8 +79,8 @@ impl Poller {
         let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
         while !self.retire.is_cancelled() {
             match self.next_batch(&mut retry).await {
-                Turn::Received { permit, messages, stopping } => {
-                    if !self.hand_off(permit, messages, stopping).await {
+                Turn::Received { claim, messages, landed, stopping } => {
+                    if !self.hand_off(claim, messages, landed, stopping).await {
                         break;
                     }
                 }
@@ -88,20 +91,17 @@ impl Poller {
         tracing::debug!(poller = self.id, queue = %self.queue.url, "poller stopped");
     }
 
-    /// Wait for the gate and for capacity, then receive once.
+    /// Wait for the gate and for room, then receive once.
     async fn next_batch(&self, retry: &mut Retry) -> Turn {
         let stop = self.pipeline.stop();
         let max = self.receive.max_messages as u32;
         if !self.wait_for_gate(stop).await {
             return Turn::Stop;
         }
-        let permit = tokio::select! {
+        let claim = tokio::select! {
             biased;
             () = stop.stopped() => return Turn::Stop,
-            p = self.capacity.clone().acquire_many_owned(max) => match p {
-                Ok(p) => p,
-                Err(_) => return Turn::Stop,
-            },
+            claim = self.held.claim(max as usize) => claim,
         };
         if self.queue.fifo && retry.attempt_id.is_none() {
             retry.attempt_id = Some(random_attempt_id());
@@ -137,22 +137,21 @@ impl Poller {
             metrics.empty_receives.inc();
             return if stopping { Turn::Stop } else { Turn::Again };
         }
-        Turn::Received { permit, messages, stopping }
+        Turn::Received { claim, messages, landed: Instant::now(), stopping }
     }
 
     /// Admit a received batch, wait for the rate limit, and hand it to a delivery task. `false`:
     /// the reader is stopping (what was received is released).
     async fn hand_off(
         &self,
-        mut permit: OwnedSemaphorePermit,
+        mut claim: Claim,
         messages: Vec<Message>,
+        landed: Instant,
         stopping: bool,
     ) -> bool {
-        let max = self.receive.max_messages as usize;
-        if let Some(spare) = permit.split(max.saturating_sub(messages.len())) {
-            drop(spare);
-        }
         let (tickets, items) = self.take_in(messages).await;
+        let bytes: usize = items.iter().map(|i| i.record.size_bytes()).sum();
+        claim.keep(items.len(), bytes as u64);
         if stopping {
             self.pipeline.release(&tickets, &items);
             return false;
@@ -160,7 +159,6 @@ impl Poller {
         if items.is_empty() {
             return true;
         }
-        let bytes: usize = items.iter().map(|i| i.record.size_bytes()).sum();
         tokio::select! {
             biased;
             () = self.pipeline.stop().stopped() => {
@@ -169,7 +167,8 @@ impl Poller {
             }
             () = self.limiter.acquire(items.len(), bytes) => {}
         }
-        self.pipeline.deliver(tickets, items, self.queue.fifo, permit);
+        self.pipeline.metrics().held.waited(items.len(), landed.elapsed());
+        self.pipeline.deliver(tickets, items, self.queue.fifo, claim);
         true
     }
 

@@ -54,6 +54,7 @@ pub struct Metrics {
     /// This replica's share of the source-wide rate limit (0: no limit); set by `intake::limiter::publish`.
     pub rate_limit_messages: Gauge,
     pub rate_limit_bytes: Gauge,
+    pub held: HeldMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -82,6 +83,7 @@ impl Metrics {
             sink_stats: Mutex::new(Vec::new()),
             rate_limit_messages: Gauge::default(),
             rate_limit_bytes: Gauge::default(),
+            held: HeldMetrics::default(),
             registry: Registry::default(),
         };
         m.register(&mut registry);
@@ -151,6 +153,7 @@ impl Metrics {
             "Redelivered messages deleted without delivery: an epoch had committed them",
             self.redelivered_committed.clone(),
         );
+        self.held.register(registry);
     }
 
     pub fn error(&self, stage: &'static str, error_type: impl Into<String>) {
@@ -230,5 +233,56 @@ mod tests {
         }
         stats.record_retry();
         assert!(m.encode().contains("sluice_reader_retries_total{sink=\"out\"} 2"));
+    }
+}
+
+/// What a reader holds (received, not yet settled) against its bound, and how long messages wait
+/// between their receive and their hand-off to the sinks (the rate limit's wait included).
+pub struct HeldMetrics {
+    pub messages: Gauge,
+    pub bytes: Gauge,
+    pub bound_messages: Gauge,
+    pub bound_bytes: Gauge,
+    wait: Histogram,
+}
+
+impl Default for HeldMetrics {
+    fn default() -> Self {
+        Self {
+            messages: Gauge::default(),
+            bytes: Gauge::default(),
+            bound_messages: Gauge::default(),
+            bound_bytes: Gauge::default(),
+            wait: latency_histogram(),
+        }
+    }
+}
+
+impl HeldMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("held_messages", "Messages received and not yet settled", self.messages.clone());
+        registry.register("held_bytes", "Body bytes of the messages held", self.bytes.clone());
+        registry.register(
+            "held_bound_messages",
+            "Most messages this reader takes in now (pollers wait above it)",
+            self.bound_messages.clone(),
+        );
+        registry.register(
+            "held_bound_bytes",
+            "Most body bytes this reader takes in now (pollers wait above it)",
+            self.bound_bytes.clone(),
+        );
+        registry.register(
+            "delivery_wait_seconds",
+            "Time from a message's receive to its hand-off to the sinks",
+            self.wait.clone(),
+        );
+    }
+
+    /// `messages` messages waited `waited` between their receive and their hand-off.
+    pub fn waited(&self, messages: usize, waited: Duration) {
+        for _ in 0..messages {
+            self.wait.observe(waited.as_secs_f64());
+        }
     }
 }

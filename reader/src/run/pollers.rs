@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_crds::PayloadFormat;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +19,7 @@ use crate::intake::limiter::Limiter;
 use crate::intake::poller::Poller;
 use crate::intake::poller_count::{Bounds, PollerCount, Window};
 use crate::settle::Pipeline;
+use crate::settle::held::Held;
 
 /// How often the capacity is looked at within a window.
 const TICK: Duration = Duration::from_millis(100);
@@ -31,7 +31,8 @@ pub struct Crew {
     pub receive: ReceiveSettings,
     pub payload: PayloadFormat,
     pub limiter: Arc<Limiter>,
-    pub capacity: Arc<Semaphore>,
+    /// What the reader holds, shared by every poller: no room for a batch means the sinks are the limit.
+    pub held: Arc<Held>,
     pub pipeline: Arc<Pipeline>,
     pub bounds: Bounds,
 }
@@ -52,7 +53,8 @@ impl Crew {
                     () = stop.stopped() => break 'windows,
                     () = tokio::time::sleep(TICK) => {}
                 }
-                capacity_short |= self.capacity.available_permits() < self.bounds.batch;
+                let figures = self.held.figures();
+                capacity_short |= figures.bound.messages.saturating_sub(figures.messages) < self.bounds.batch;
                 while pollers.try_join_next().is_some() {}
             }
             let tallied = self.queue.receives.take();
@@ -103,7 +105,7 @@ impl Crew {
                 receive: self.receive.clone(),
                 payload: self.payload,
                 limiter: self.limiter.clone(),
-                capacity: self.capacity.clone(),
+                held: self.held.clone(),
                 pipeline: self.pipeline.clone(),
                 retire: token.clone(),
             };

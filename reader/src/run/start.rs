@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_crds::Guarantee;
-use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +15,9 @@ use crate::aws::{SqsClients, load_sdk_config};
 use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
+use crate::intake::bound::Rule;
 use crate::intake::limiter::{self, Limiter};
+use crate::intake::pacing;
 use crate::intake::poller_count::Bounds;
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
@@ -34,8 +35,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Backoff between attempts to reach an unreachable queue at start.
 const FIRST_CONNECT_RETRY: Duration = Duration::from_secs(1);
 const LONGEST_CONNECT_RETRY: Duration = Duration::from_secs(30);
-/// Work in the air per poller, in receive batches.
-const BATCHES_PER_POLLER: usize = 4;
 
 /// What the drain takes apart.
 pub struct Running {
@@ -117,7 +116,7 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, stop);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -152,20 +151,21 @@ async fn follow_rate_share(
 }
 
 /// Each queue's pollers, from its share of `receive.pollers` up to twice that as its receives
-/// come back full (`run::pollers`), all sharing the capacity and the limiter.
+/// come back full (`run::pollers`), all sharing what the reader holds and the limiter.
 ///
-/// Why at most twice: a poller holds a batch's worth of capacity while its receive is on the wire,
-/// and the capacity (which bounds the messages, so the memory, in work) stays what the spec's count
-/// gives; twice the pollers keep at most half of it in receives, the rest for deliveries.
+/// Why at most twice: what the reader holds is bounded by `settle::held` whatever the count (a
+/// poller claims room for its batch before it receives), so extra pollers only help while that
+/// bound has room; twice the spec's count covers a round trip twice as long as the spec assumed.
 fn spawn_pollers(
     settings: &Settings,
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
     limiter: Arc<Limiter>,
+    stop: &Stop,
 ) -> JoinSet<()> {
     let batch = settings.receive.max_messages as usize;
-    let capacity = settings.receive.pollers * batch * BATCHES_PER_POLLER;
-    let capacity = Arc::new(Semaphore::new(capacity));
+    let rule = Rule::from_settings(settings);
+    let held = pacing::start(rule, limiter.clone(), pipeline.metrics().clone(), stop.clone());
     let mut pollers = JoinSet::new();
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
         let crew = Crew {
@@ -173,14 +173,9 @@ fn spawn_pollers(
             receive: settings.receive.clone(),
             payload: settings.payload,
             limiter: limiter.clone(),
-            capacity: capacity.clone(),
+            held: held.clone(),
             pipeline: pipeline.clone(),
-            bounds: Bounds {
-                min: count,
-                max: count * BATCHES_PER_POLLER / 2,
-                batch,
-                rate: settings.rate.messages_per_second,
-            },
+            bounds: Bounds { min: count, max: count * 2, batch, rate: settings.rate.messages_per_second },
         };
         pollers.spawn(crew.run());
     }

@@ -4,6 +4,7 @@
 pub mod acker;
 pub mod gate;
 pub mod heartbeat;
+pub mod held;
 pub mod ledger;
 pub mod pipeline;
 

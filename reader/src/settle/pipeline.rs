@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::acker::Acker;
 use super::gate::Gate;
+use super::held::Claim;
 use super::ledger::{Ledger, Tag, Ticket};
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
 use crate::process::error::Error;
@@ -111,20 +111,14 @@ impl Pipeline {
     }
 
     /// Deliver `items` in a task of its own, so the poller can poll again meanwhile. Each message
-    /// is settled (deleted or released, one unit of `permit` given back) as soon as its own
+    /// is settled (deleted or released, its room in `claim` given back) as soon as its own
     /// delivery ends, not when the slowest message of its receive batch does: a crash then
     /// redelivers only what was really still in work. A panicking sink must not strand its messages in the ledger (the
     /// heartbeat would keep them invisible until the reader exits): they are released instead.
-    pub fn deliver(
-        self: &Arc<Self>,
-        tickets: Vec<Ticket>,
-        items: Vec<Item>,
-        fifo: bool,
-        permit: OwnedSemaphorePermit,
-    ) {
+    pub fn deliver(self: &Arc<Self>, tickets: Vec<Ticket>, items: Vec<Item>, fifo: bool, claim: Claim) {
         let pipeline = self.clone();
         self.deliveries.spawn(async move {
-            let mut permit = permit;
+            let mut claim = claim;
             let mut pending = vec![true; items.len()];
             let settle_each = AssertUnwindSafe(async {
                 let mut settled = pipeline.dispatcher.settle_as_done(&items, fifo);
@@ -132,10 +126,8 @@ impl Pipeline {
                     for (i, verdict) in part {
                         pipeline.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
                         pending[i] = false;
-                        // Capacity comes back message by message, as each one is settled.
-                        if let Some(one) = permit.split(1) {
-                            drop(one);
-                        }
+                        // Room comes back message by message, as each one is settled.
+                        claim.settle_one(items[i].record.size_bytes() as u64);
                     }
                 }
             })
