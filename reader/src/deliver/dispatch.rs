@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures::future::{BoxFuture, FutureExt, join_all};
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
+use sluice_protocol::now_ms;
 
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
@@ -178,6 +179,7 @@ impl Dispatcher {
             });
         for (s, idx, answer) in join_all(calls).await {
             let name = self.sinks.sinks[s].sink.name();
+            let acked_ms = now_ms();
             let mut delivered = 0;
             for (k, &i) in idx.iter().enumerate() {
                 let outcome = answer.get(k).cloned().unwrap_or_else(|| Outcome::Failed {
@@ -190,6 +192,7 @@ impl Dispatcher {
                 match &outcome {
                     Outcome::Delivered => {
                         delivered += 1;
+                        self.metrics.delivered_record(name, &items[i].record, acked_ms);
                         health::delivered();
                     }
                     Outcome::Rejected { reason } => {
@@ -256,7 +259,7 @@ impl Dispatcher {
             .map(|(k, (i, reason))| match answer.get(k) {
                 Some(Outcome::Delivered) => {
                     tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
-                    self.metrics.dead_lettered.inc();
+                    self.metrics.dead_lettered(&items[*i].record.queue_url);
                     if leaves_context_out(&items[*i].record) {
                         self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");
                     }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use sluice_crds::PayloadFormat;
 use sluice_protocol::now_ms;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -132,7 +132,7 @@ impl Poller {
             }
         };
         if messages.is_empty() {
-            metrics.empty_receives.inc();
+            metrics.empty_receive(&self.queue.url);
             return if stopping { Turn::Stop } else { Turn::Again };
         }
         Turn::Received { permit, messages, stopping }
@@ -199,7 +199,9 @@ impl Poller {
                 ok
             })
             .collect();
-        metrics.received.inc_by(usable.len() as u64);
+        let sent_ms: Vec<i64> = usable.iter().filter_map(sent_timestamp_ms).collect();
+        let bytes: usize = usable.iter().map(|m| m.body().map_or(0, str::len)).sum();
+        metrics.received(&self.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
         let usable = self.pipeline.gate().sort(&self.pipeline, &self.queue, usable).await;
         let arrivals: Vec<Arrival> = usable
             .iter()
@@ -210,7 +212,6 @@ impl Poller {
             })
             .collect();
         let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
-        let now_ms = now_ms();
         let mut tickets = Vec::with_capacity(usable.len());
         let mut items = Vec::with_capacity(usable.len());
         for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
@@ -222,12 +223,14 @@ impl Poller {
                 }
             };
             record.incarnation = tag.incarnation;
-            if let Some(sent) = record.sent_timestamp_ms {
-                metrics.lag(sent, now_ms);
-            }
             tickets.push(ticket);
             items.push(Item { record: Arc::new(record), poison });
         }
         (tickets, items)
     }
+}
+
+/// SentTimestamp, in milliseconds since the Unix epoch, when SQS returned it.
+fn sent_timestamp_ms(message: &Message) -> Option<i64> {
+    message.attributes()?.get(&MessageSystemAttributeName::SentTimestamp)?.parse().ok()
 }
