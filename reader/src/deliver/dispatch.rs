@@ -197,12 +197,12 @@ impl Dispatcher {
                     }
                     Outcome::Rejected { reason } => {
                         health::failed();
-                        self.metrics.error("deliver", "rejected");
+                        self.metrics.sink_error(name, "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
                     Outcome::Failed { reason } => {
                         health::failed();
-                        self.metrics.error("deliver", "failed");
+                        self.metrics.sink_error(name, "failed");
                         warnings::delivery_failed(name, "failed", reason);
                     }
                 }
@@ -216,7 +216,7 @@ impl Dispatcher {
             match combine(outcome) {
                 Outcome::Delivered => verdicts.push(Verdict::Delete),
                 Outcome::Failed { reason } => {
-                    tracing::debug!(message_id = %items[i].record.message_id, %reason, "delivery failed; releasing");
+                    tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed; releasing");
                     verdicts.push(Verdict::Release);
                 }
                 Outcome::Rejected { reason } => {
@@ -258,7 +258,7 @@ impl Dispatcher {
             .enumerate()
             .map(|(k, (i, reason))| match answer.get(k) {
                 Some(Outcome::Delivered) => {
-                    tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
+                    tracing::info!(message_id = %items[*i].record.message_id, traceparent = items[*i].record.trace.as_deref(), %reason, "dead-lettered");
                     self.metrics.dead_lettered(&items[*i].record.queue_url);
                     if leaves_context_out(&items[*i].record) {
                         self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");

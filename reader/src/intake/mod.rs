@@ -4,3 +4,4 @@ pub mod decode;
 pub mod limiter;
 pub mod poller;
 mod receive;
+pub mod trace;

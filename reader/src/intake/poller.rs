@@ -71,6 +71,7 @@ struct Retry {
 
 impl Poller {
     pub async fn run(self) {
+        self.pipeline.metrics().declare_queue(&self.queue.url);
         let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
         loop {
             match self.next_batch(&mut retry).await {

@@ -49,6 +49,12 @@ pub struct ErrorLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkErrorLabel {
+    sink: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: &'static str,
 }
@@ -67,6 +73,7 @@ pub struct Metrics {
     pub released: Counter,
     retries: Family<SinkLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
+    sink_errors: Family<SinkErrorLabel, Counter>,
     empty_receives: Family<QueueLabel, Counter>,
     pub in_flight: Gauge,
     sink_latency: SinkHistograms,
@@ -112,6 +119,7 @@ impl Metrics {
             released: Counter::default(),
             retries: Family::default(),
             errors: Family::default(),
+            sink_errors: Family::default(),
             empty_receives: Family::default(),
             in_flight: Gauge::default(),
             sink_latency: Family::new_with_constructor(latency_histogram),
@@ -176,6 +184,11 @@ impl Metrics {
             self.retries.clone(),
         );
         registry.register("errors", "Errors by pipeline stage and type", self.errors.clone());
+        registry.register(
+            "sink_errors",
+            "Deliveries a sink did not acknowledge, by sink and kind (failed: retried later; rejected: never will be)",
+            self.sink_errors.clone(),
+        );
         registry.register(
             "empty_receives",
             "ReceiveMessage calls that returned nothing, per queue",
@@ -268,6 +281,25 @@ impl Metrics {
         self.oldest_age.get_or_create(&label).set(0.0);
     }
 
+    /// A record `sink` failed or rejected (`kind`), counted per sink and among the errors.
+    pub fn sink_error(&self, sink: &str, kind: &'static str) {
+        self.error("deliver", kind);
+        self.sink_errors.get_or_create(&SinkErrorLabel { sink: sink.to_owned(), kind }).inc();
+    }
+
+    /// Creates `queue_url`'s series at zero, so a dashboard shows the queue and `increase()` sees
+    /// the first message, before anything happened to it.
+    pub fn declare_queue(&self, queue_url: &str) {
+        let label = QueueLabel::of(queue_url);
+        self.received.get_or_create(&label);
+        self.received_bytes.get_or_create(&label);
+        self.empty_receives.get_or_create(&label);
+        self.dead_lettered.get_or_create(&label);
+        self.oldest_age.get_or_create(&label);
+        self.receive_lag.get_or_create(&label);
+        self.end_to_end.get_or_create(&label);
+    }
+
     pub fn delivered(&self, sink: &str, n: u64) {
         self.delivered.get_or_create(&SinkLabel { sink: sink.to_owned() }).inc_by(n);
     }
@@ -297,7 +329,16 @@ impl Metrics {
     }
 
     /// Sinks whose own retry counts are exported as `sink_retries_total{sink}`.
+    /// Its series are created at zero here, as `declare_queue` does for queues.
     pub fn watch_sink(&self, name: &str, stats: Arc<SinkStats>) {
+        let label = SinkLabel { sink: name.to_owned() };
+        self.delivered.get_or_create(&label);
+        self.delivered_bytes.get_or_create(&label);
+        self.retries.get_or_create(&label);
+        self.sink_latency.get_or_create(&label);
+        for kind in ["failed", "rejected"] {
+            self.sink_errors.get_or_create(&SinkErrorLabel { sink: name.to_owned(), kind });
+        }
         self.sink_stats.lock().unwrap_or_else(|e| e.into_inner()).push((name.to_owned(), stats));
     }
 
@@ -339,6 +380,8 @@ mod tests {
         m.in_flight.set(5);
         m.set_ready(true);
         m.sink_latency("out", Duration::from_millis(3));
+        m.sink_error("out", "failed");
+        m.declare_queue("http://q/declared");
         let stats = Arc::new(SinkStats::default());
         stats.record_retry();
         m.watch_sink("out", stats.clone());
@@ -354,6 +397,11 @@ mod tests {
             "sluice_reader_delivered_messages_total{sink=\"out\"} 2",
             "sluice_reader_errors_total{stage=\"receive\",error_type=\"QueueDoesNotExist\"} 1",
             "sluice_reader_in_flight_messages 5",
+            "sluice_reader_sink_errors_total{sink=\"out\",kind=\"failed\"} 1",
+            "sluice_reader_sink_errors_total{sink=\"out\",kind=\"rejected\"} 0",
+            "sluice_reader_errors_total{stage=\"deliver\",error_type=\"failed\"} 1",
+            "sluice_reader_dead_lettered_messages_total{queue=\"declared\"} 0",
+            "sluice_reader_delivered_bytes_total{sink=\"out\"} 0",
             "sluice_reader_sink_retries_total{sink=\"out\"} 1",
             "sluice_reader_receive_lag_seconds_sum{queue=\"orders\"} 4.0",
             "sluice_reader_sink_latency_seconds_count{sink=\"out\"} 1",
