@@ -65,7 +65,7 @@ impl Metrics {
             metrics.reconciles.clone(),
         );
         for reason in crate::error::Error::METRIC_LABELS {
-            metrics.failures.get_or_create(&FailureLabels { reason: reason.to_owned() });
+            drop(metrics.failures.get_or_create(&FailureLabels { reason: reason.to_owned() }));
         }
         registry.register("reconcile_failures", "Failed reconciles by reason", metrics.failures.clone());
         registry.register("reconcile_duration_seconds", "Time one reconcile took", metrics.duration.clone());

@@ -291,13 +291,13 @@ impl Metrics {
     /// the first message, before anything happened to it.
     pub fn declare_queue(&self, queue_url: &str) {
         let label = QueueLabel::of(queue_url);
-        self.received.get_or_create(&label);
-        self.received_bytes.get_or_create(&label);
-        self.empty_receives.get_or_create(&label);
-        self.dead_lettered.get_or_create(&label);
-        self.oldest_age.get_or_create(&label);
-        self.receive_lag.get_or_create(&label);
-        self.end_to_end.get_or_create(&label);
+        drop(self.received.get_or_create(&label));
+        drop(self.received_bytes.get_or_create(&label));
+        drop(self.empty_receives.get_or_create(&label));
+        drop(self.dead_lettered.get_or_create(&label));
+        drop(self.oldest_age.get_or_create(&label));
+        drop(self.receive_lag.get_or_create(&label));
+        drop(self.end_to_end.get_or_create(&label));
     }
 
     pub fn delivered(&self, sink: &str, n: u64) {
@@ -332,12 +332,13 @@ impl Metrics {
     /// Its series are created at zero here, as `declare_queue` does for queues.
     pub fn watch_sink(&self, name: &str, stats: Arc<SinkStats>) {
         let label = SinkLabel { sink: name.to_owned() };
-        self.delivered.get_or_create(&label);
-        self.delivered_bytes.get_or_create(&label);
-        self.retries.get_or_create(&label);
-        self.sink_latency.get_or_create(&label);
+        drop(self.delivered.get_or_create(&label));
+        drop(self.delivered_bytes.get_or_create(&label));
+        drop(self.retries.get_or_create(&label));
+        drop(self.sink_latency.get_or_create(&label));
         for kind in ["failed", "rejected"] {
-            self.sink_errors.get_or_create(&SinkErrorLabel { sink: name.to_owned(), kind });
+            drop(self.sink_errors.get_or_create(&SinkErrorLabel { sink: name.to_owned(), kind }));
+            drop(self.errors.get_or_create(&ErrorLabel { stage: "deliver", error_type: kind.to_owned() }));
         }
         self.sink_stats.lock().unwrap_or_else(|e| e.into_inner()).push((name.to_owned(), stats));
     }
