@@ -205,7 +205,7 @@ fn missing(
 /// The first `127.0.0.1:PORT` on the last line of `log` that contains `marker`.
 fn address_in_log(log: &Path, marker: &str) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().filter(|l| l.contains(marker)).next_back()?;
+    let line = text.lines().rfind(|l| l.contains(marker))?;
     let at = line.find("127.0.0.1:")?;
     let tail = &line[at..];
     let end = tail[10..].find(|c: char| !c.is_ascii_digit()).map_or(tail.len(), |e| e + 10);
