@@ -95,6 +95,8 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         }
     }
 
+    metrics.set_leading(true);
+    let leading = metrics.clone();
     let reporter = Reporter { controller: FIELD_MANAGER.to_owned(), instance: cli.identity.clone() };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
@@ -122,6 +124,7 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         () = &mut work => Ok(()),
         () = lost => {
             tracing::error!("lost the leader Lease; stopping");
+            leading.set_leading(false);
             shutdown.cancel();
             work.await;
             Err(AppError::LeadershipLost)

@@ -27,6 +27,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Low-cardinality label for `reconcile_failures_total{reason}`.
+    /// Every value `metric_label` answers, so the failure counter shows each reason at zero
+    /// before the first failure.
+    pub const METRIC_LABELS: [&'static str; 8] =
+        ["conflict", "forbidden", "rejected", "api_error", "api_unreachable", "build", "render", "gone"];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(status)) if status.is_conflict() => "conflict",

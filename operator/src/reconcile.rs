@@ -35,7 +35,7 @@ use crate::conditions::{Computed, Outcome, checkpoint_not_applicable, compute, d
 use crate::deletion::{self, FINALIZER};
 use crate::error::{Error, Result};
 use crate::events::{Happened, Notice, notices, publish};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SourceLabels};
 use crate::queue_check::targets::check_all;
 use crate::queue_check::{QueueInspector, inspect_all};
 use crate::status::update_status;
@@ -102,6 +102,7 @@ async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> 
             Lifecycle::Apply(cached) => reconcile_source(&api, &cached, ctx).await,
             Lifecycle::Cleanup(gone) => {
                 tracing::info!(source = %object_key(gone.meta()), "deleted; the garbage collector removes its children");
+                ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
                 Ok(Action::await_change())
             }
         }
@@ -210,6 +211,11 @@ impl Report<'_> {
         };
         publish(&ctx.recorder, self.regarding, &notices(&happened)).await;
         let status = owned_status(computed, self.previous, self.generation, Timestamp::now());
+        let labels = SourceLabels {
+            namespace: self.regarding.namespace.clone().unwrap_or_default(),
+            source: self.name.to_owned(),
+        };
+        ctx.metrics.source_status(&labels, &status);
         if differs(self.previous, &status) {
             update_status(self.api, self.name, &status).await.map_err(|e| match e {
                 Error::Kube(e) => deletion::gone_if_not_found(e),

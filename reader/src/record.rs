@@ -48,6 +48,9 @@ pub struct Record {
     /// was fenced and rejoined may tag the same epoch number again under a new incarnation, and
     /// the two must never share a transaction.
     pub incarnation: u64,
+    /// W3C `traceparent` of the trace the message belongs to (from its `traceparent` message
+    /// attribute or its converted `AWSTraceHeader`), passed on to HTTP sinks and into log lines.
+    pub trace: Option<String>,
 }
 
 impl Record {

@@ -97,17 +97,17 @@ async fn a_failing_slow_sink_loses_nothing_and_duplicates_are_counted() {
 
     let admin = reader.admin().await;
     let figures = sink.figures();
-    let retries = reader.metric("sluice_reader_retries_total").await;
+    let retries = reader.metric("sluice_reader_sink_retries_total").await;
     let gave_up = load_metrics::labelled(
         admin,
         "sluice_reader_errors_total",
         &["stage=\"deliver\"", "error_type=\"failed\""],
     )
     .await;
-    let redelivered = reader.metric("sluice_reader_duplicates_total").await;
+    let redelivered = reader.metric("sluice_reader_redelivered_messages_total").await;
     println!(
         "flaky sink: {} requests, {} refused (503), {} answered late; {} accepted, {} distinct, \
-         {} duplicates at the sink; reader: retries_total {retries}, gave up (released) {gave_up}, \
+         {} duplicates at the sink; reader: sink_retries_total {retries}, gave up (released) {gave_up}, \
          redelivered ids {redelivered}",
         figures.requests,
         figures.refused_503,

@@ -167,7 +167,7 @@ async fn the_heartbeat_keeps_slow_messages_invisible() {
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 5.0, 30 * SECOND).await;
     assert_eq!(deleted, 5.0, "stderr:\n{}", reader.stderr());
     assert_eq!(reader.metric("sluice_reader_received_messages_total").await, 5.0, "nothing was redelivered");
-    assert_eq!(reader.metric("sluice_reader_duplicates_total").await, 0.0);
+    assert_eq!(reader.metric("sluice_reader_redelivered_messages_total").await, 0.0);
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0);
     assert_eq!(sink.received().len(), 5);

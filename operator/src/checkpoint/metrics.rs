@@ -25,7 +25,7 @@ fn barrier_histogram() -> Histogram {
     Histogram::new(BARRIER_BUCKETS)
 }
 
-/// Registered under the prefix `sluice_checkpoint_`.
+/// Registered under the prefix `sluice_operator_checkpoint_`.
 #[derive(Clone)]
 pub struct Metrics {
     open_epoch: Family<SourceLabels, Gauge>,
@@ -56,7 +56,7 @@ fn gauge_value(n: u64) -> i64 {
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
-        let r = registry.sub_registry_with_prefix("sluice_checkpoint");
+        let r = registry.sub_registry_with_prefix("sluice_operator_checkpoint");
         r.register("open_epoch", "The checkpoint epoch currently open", metrics.open_epoch.clone());
         r.register(
             "committed_epoch",
@@ -148,17 +148,17 @@ mod tests {
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
-            r#"sluice_checkpoint_open_epoch{namespace="ns",source="orders"} 9"#,
-            r#"sluice_checkpoint_committed_epoch{namespace="ns",source="orders"} 7"#,
-            r#"sluice_checkpoint_fenced_readers{namespace="ns",source="orders"} 1"#,
-            r#"sluice_checkpoint_live_readers{namespace="ns",source="orders"} 3"#,
-            r#"sluice_checkpoint_barrier_seconds_count{namespace="ns",source="orders"} 2"#,
-            r#"sluice_checkpoint_barrier_seconds_sum{namespace="ns",source="orders"} 701.5"#,
-            r#"sluice_checkpoint_barrier_seconds_bucket{le="0.1",namespace="ns",source="orders"} 0"#,
-            r#"sluice_checkpoint_barrier_seconds_bucket{le="2.5",namespace="ns",source="orders"} 1"#,
-            r#"sluice_checkpoint_barrier_seconds_bucket{le="600.0",namespace="ns",source="orders"} 1"#,
-            r#"sluice_checkpoint_barrier_seconds_bucket{le="+Inf",namespace="ns",source="orders"} 2"#,
-            r#"sluice_checkpoint_fences_total{namespace="ns",source="orders"} 1"#,
+            r#"sluice_operator_checkpoint_open_epoch{namespace="ns",source="orders"} 9"#,
+            r#"sluice_operator_checkpoint_committed_epoch{namespace="ns",source="orders"} 7"#,
+            r#"sluice_operator_checkpoint_fenced_readers{namespace="ns",source="orders"} 1"#,
+            r#"sluice_operator_checkpoint_live_readers{namespace="ns",source="orders"} 3"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_count{namespace="ns",source="orders"} 2"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_sum{namespace="ns",source="orders"} 701.5"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_bucket{le="0.1",namespace="ns",source="orders"} 0"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_bucket{le="2.5",namespace="ns",source="orders"} 1"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_bucket{le="600.0",namespace="ns",source="orders"} 1"#,
+            r#"sluice_operator_checkpoint_barrier_seconds_bucket{le="+Inf",namespace="ns",source="orders"} 2"#,
+            r#"sluice_operator_checkpoint_fences_total{namespace="ns",source="orders"} 1"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
@@ -167,9 +167,9 @@ mod tests {
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for gone in ["open_epoch{", "committed_epoch{", "fenced_readers{", "live_readers{"] {
-            assert!(!text.contains(&format!("sluice_checkpoint_{gone}")), "{gone} left in\n{text}");
+            assert!(!text.contains(&format!("sluice_operator_checkpoint_{gone}")), "{gone} left in\n{text}");
         }
-        assert!(text.contains("sluice_checkpoint_fences_total{"), "{text}");
-        assert!(text.contains("sluice_checkpoint_barrier_seconds_count{"), "{text}");
+        assert!(text.contains("sluice_operator_checkpoint_fences_total{"), "{text}");
+        assert!(text.contains("sluice_operator_checkpoint_barrier_seconds_count{"), "{text}");
     }
 }

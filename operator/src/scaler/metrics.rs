@@ -30,7 +30,7 @@ struct ChangeLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// Registered under the prefix `sluice_scaler_`.
+/// Registered under the prefix `sluice_operator_scaler_`.
 #[derive(Clone, Default)]
 pub struct Metrics {
     visible: Family<SourceLabels, Gauge>,
@@ -48,7 +48,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
-        let r = registry.sub_registry_with_prefix("sluice_scaler");
+        let r = registry.sub_registry_with_prefix("sluice_operator_scaler");
         r.register(
             "queue_visible_messages",
             "ApproximateNumberOfMessages, summed over the source's queues",
@@ -175,12 +175,12 @@ mod tests {
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
-            r#"sluice_scaler_queue_visible_messages{namespace="ns",source="orders"} 900"#,
-            r#"sluice_scaler_backlog_messages{namespace="ns",source="orders"} 1000"#,
-            r#"sluice_scaler_drain_per_replica_messages_per_second{namespace="ns",source="orders"} 2.5"#,
-            r#"sluice_scaler_current_replicas{namespace="ns",source="orders"} 2"#,
-            r#"sluice_scaler_desired_replicas{namespace="ns",source="orders"} 10"#,
-            r#"sluice_scaler_scale_changes_total{namespace="ns",source="orders",reason="ScaledUp"} 1"#,
+            r#"sluice_operator_scaler_queue_visible_messages{namespace="ns",source="orders"} 900"#,
+            r#"sluice_operator_scaler_backlog_messages{namespace="ns",source="orders"} 1000"#,
+            r#"sluice_operator_scaler_drain_per_replica_messages_per_second{namespace="ns",source="orders"} 2.5"#,
+            r#"sluice_operator_scaler_current_replicas{namespace="ns",source="orders"} 2"#,
+            r#"sluice_operator_scaler_desired_replicas{namespace="ns",source="orders"} 10"#,
+            r#"sluice_operator_scaler_scale_changes_total{namespace="ns",source="orders",reason="ScaledUp"} 1"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
@@ -188,7 +188,7 @@ mod tests {
         metrics.forget(&labels);
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
-        assert!(!text.contains("sluice_scaler_desired_replicas{"), "{text}");
-        assert!(text.contains("sluice_scaler_scale_changes_total{"), "{text}");
+        assert!(!text.contains("sluice_operator_scaler_desired_replicas{"), "{text}");
+        assert!(text.contains("sluice_operator_scaler_scale_changes_total{"), "{text}");
     }
 }

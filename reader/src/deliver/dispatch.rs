@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures::future::{BoxFuture, FutureExt, join_all};
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
+use sluice_protocol::now_ms;
 
 use crate::deliver::fifo;
 use crate::process::metrics::Metrics;
@@ -178,6 +179,7 @@ impl Dispatcher {
             });
         for (s, idx, answer) in join_all(calls).await {
             let name = self.sinks.sinks[s].sink.name();
+            let acked_ms = now_ms();
             let mut delivered = 0;
             for (k, &i) in idx.iter().enumerate() {
                 let outcome = answer.get(k).cloned().unwrap_or_else(|| Outcome::Failed {
@@ -190,16 +192,17 @@ impl Dispatcher {
                 match &outcome {
                     Outcome::Delivered => {
                         delivered += 1;
+                        self.metrics.delivered_record(name, &items[i].record, acked_ms);
                         health::delivered();
                     }
                     Outcome::Rejected { reason } => {
                         health::failed();
-                        self.metrics.error("deliver", "rejected");
+                        self.metrics.sink_error(name, "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
                     Outcome::Failed { reason } => {
                         health::failed();
-                        self.metrics.error("deliver", "failed");
+                        self.metrics.sink_error(name, "failed");
                         warnings::delivery_failed(name, "failed", reason);
                     }
                 }
@@ -213,7 +216,7 @@ impl Dispatcher {
             match combine(outcome) {
                 Outcome::Delivered => verdicts.push(Verdict::Delete),
                 Outcome::Failed { reason } => {
-                    tracing::debug!(message_id = %items[i].record.message_id, %reason, "delivery failed; releasing");
+                    tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed; releasing");
                     verdicts.push(Verdict::Release);
                 }
                 Outcome::Rejected { reason } => {
@@ -255,8 +258,8 @@ impl Dispatcher {
             .enumerate()
             .map(|(k, (i, reason))| match answer.get(k) {
                 Some(Outcome::Delivered) => {
-                    tracing::info!(message_id = %items[*i].record.message_id, %reason, "dead-lettered");
-                    self.metrics.dead_lettered.inc();
+                    tracing::info!(message_id = %items[*i].record.message_id, traceparent = items[*i].record.trace.as_deref(), %reason, "dead-lettered");
+                    self.metrics.dead_lettered(&items[*i].record.queue_url);
                     if leaves_context_out(&items[*i].record) {
                         self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");
                     }

@@ -12,6 +12,7 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue};
 use bytes::Bytes;
 use sluice_crds::PayloadFormat;
 
+use super::trace::trace_context;
 use crate::record::{Payload, Record};
 
 pub enum Decoded {
@@ -40,6 +41,7 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
     let message_attributes: BTreeMap<String, String> =
         sent_attributes.into_iter().map(|(k, v)| (k, attribute_text(&v))).collect();
     let body = Bytes::from(message.body.unwrap_or_default());
+    let trace = trace_context(&message_attributes, &attributes);
     let mut record = Record {
         message_id: message.message_id.unwrap_or_default(),
         queue_url: queue_url.clone(),
@@ -54,6 +56,7 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
         attribute_types,
         epoch,
         incarnation: 0,
+        trace,
     };
     match format {
         PayloadFormat::Raw => Decoded::Ok(record),
@@ -121,6 +124,15 @@ mod tests {
         assert_eq!(r.message_attributes["blob"], "aGk=");
         assert_eq!(r.epoch, 7);
         assert_eq!(&*r.queue_url, "http://q");
+        assert_eq!(r.trace, None);
+    }
+
+    #[test]
+    fn the_trace_context_is_carried() {
+        let xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let m = Message::builder().message_id("m-2").body("x").attributes(A::AwsTraceHeader, xray).build();
+        let Decoded::Ok(r) = decode(m, &Arc::from("http://q"), PayloadFormat::Raw, 0) else { panic!() };
+        assert_eq!(r.trace.as_deref(), Some("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"));
     }
 
     #[test]

@@ -8,3 +8,4 @@ pub mod pacing;
 pub mod poller;
 pub mod poller_count;
 mod receive;
+pub mod trace;

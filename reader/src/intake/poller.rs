@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use sluice_crds::PayloadFormat;
 use sluice_protocol::now_ms;
 
@@ -76,6 +76,7 @@ struct Retry {
 
 impl Poller {
     pub async fn run(self) {
+        self.pipeline.metrics().declare_queue(&self.queue.url);
         let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
         while !self.retire.is_cancelled() {
             match self.next_batch(&mut retry).await {
@@ -134,7 +135,7 @@ impl Poller {
             }
         };
         if messages.is_empty() {
-            metrics.empty_receives.inc();
+            metrics.empty_receive(&self.queue.url);
             return if stopping { Turn::Stop } else { Turn::Again };
         }
         Turn::Received { claim, messages, landed: Instant::now(), stopping }
@@ -200,7 +201,9 @@ impl Poller {
                 ok
             })
             .collect();
-        metrics.received.inc_by(usable.len() as u64);
+        let sent_ms: Vec<i64> = usable.iter().filter_map(sent_timestamp_ms).collect();
+        let bytes: usize = usable.iter().map(|m| m.body().map_or(0, str::len)).sum();
+        metrics.received(&self.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
         let usable = self.pipeline.gate().sort(&self.pipeline, &self.queue, usable).await;
         let arrivals: Vec<Arrival> = usable
             .iter()
@@ -211,7 +214,6 @@ impl Poller {
             })
             .collect();
         let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
-        let now_ms = now_ms();
         let mut tickets = Vec::with_capacity(usable.len());
         let mut items = Vec::with_capacity(usable.len());
         for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
@@ -223,12 +225,14 @@ impl Poller {
                 }
             };
             record.incarnation = tag.incarnation;
-            if let Some(sent) = record.sent_timestamp_ms {
-                metrics.lag(sent, now_ms);
-            }
             tickets.push(ticket);
             items.push(Item { record: Arc::new(record), poison });
         }
         (tickets, items)
     }
+}
+
+/// SentTimestamp, in milliseconds since the Unix epoch, when SQS returned it.
+fn sent_timestamp_ms(message: &Message) -> Option<i64> {
+    message.attributes()?.get(&MessageSystemAttributeName::SentTimestamp)?.parse().ok()
 }

@@ -57,6 +57,7 @@ fn system_attribute_names(spec: &[String]) -> Vec<MessageSystemAttributeName> {
             MessageSystemAttributeName::SentTimestamp,
             MessageSystemAttributeName::ApproximateReceiveCount,
             MessageSystemAttributeName::MessageGroupId,
+            MessageSystemAttributeName::AwsTraceHeader,
         ] {
             if !names.contains(&needed) {
                 names.push(needed);
@@ -78,7 +79,7 @@ mod tests {
     #[test]
     fn the_reader_always_asks_for_the_attributes_it_needs() {
         let names = system_attribute_names(&["SenderId".to_string()]);
-        assert_eq!(names.len(), 4);
+        assert_eq!(names.len(), 5);
         assert!(names.contains(&MessageSystemAttributeName::SentTimestamp));
         assert_eq!(system_attribute_names(&["All".to_string()]), vec![MessageSystemAttributeName::All]);
     }

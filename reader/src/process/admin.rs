@@ -33,6 +33,7 @@ impl Admin {
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+        self.metrics.set_ready(ready);
     }
 
     pub fn router(&self) -> Router {
@@ -106,10 +107,11 @@ mod tests {
         assert_eq!(get_text(addr, "/readyz").await.0, 503);
         admin.set_ready(true);
         assert_eq!(get_text(addr, "/readyz").await.0, 200);
-        admin.metrics.received.inc();
+        admin.metrics.received("http://q/orders", 1, 4, &[], 0);
         let (status, text) = get_text(addr, "/metrics").await;
         assert_eq!(status, 200);
-        assert!(text.contains("sluice_reader_received_messages_total 1"), "{text}");
+        assert!(text.contains("sluice_reader_received_messages_total{queue=\"orders\"} 1"), "{text}");
+        assert!(text.contains("sluice_reader_ready 1"), "{text}");
         stop.cancel();
         tokio::time::timeout(std::time::Duration::from_secs(5), server).await.unwrap().unwrap();
     }

@@ -5,6 +5,7 @@
 //! spelled once, here. Sink retries are counted by the sinks themselves (`SinkStats`) and copied
 //! in at scrape time, so sinks need not know the metrics library.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,11 +16,30 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::record::Record;
 use crate::sink::SinkStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinkLabel {
     pub sink: String,
+}
+
+/// The queue's name (the last segment of its URL): few per source, so the series stay few, and
+/// it is what a person recognises on a dashboard.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub queue: String,
+}
+
+impl QueueLabel {
+    pub fn of(queue_url: &str) -> Self {
+        Self { queue: queue_name(queue_url).to_owned() }
+    }
+}
+
+/// The last path segment of a queue URL (the URL itself when it has none).
+pub fn queue_name(queue_url: &str) -> &str {
+    queue_url.trim_end_matches('/').rsplit('/').next().unwrap_or(queue_url)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,21 +48,40 @@ pub struct ErrorLabel {
     pub error_type: String,
 }
 
-type HistogramFamily = Family<SinkLabel, Histogram, fn() -> Histogram>;
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkErrorLabel {
+    sink: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: &'static str,
+}
+
+type SinkHistograms = Family<SinkLabel, Histogram, fn() -> Histogram>;
+type QueueHistograms = Family<QueueLabel, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
     registry: Registry,
-    pub received: Counter,
+    received: Family<QueueLabel, Counter>,
+    received_bytes: Family<QueueLabel, Counter>,
     pub delivered: Family<SinkLabel, Counter>,
+    delivered_bytes: Family<SinkLabel, Counter>,
     pub deleted: Counter,
-    pub dead_lettered: Counter,
+    dead_lettered: Family<QueueLabel, Counter>,
     pub released: Counter,
     retries: Family<SinkLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
-    pub empty_receives: Counter,
+    sink_errors: Family<SinkErrorLabel, Counter>,
+    empty_receives: Family<QueueLabel, Counter>,
     pub in_flight: Gauge,
-    sink_latency: HistogramFamily,
-    lag: Histogram,
+    sink_latency: SinkHistograms,
+    receive_lag: QueueHistograms,
+    end_to_end: QueueHistograms,
+    oldest_age: Family<QueueLabel, FloatGauge>,
+    ready: Gauge,
+    build_info: Family<BuildLabel, Gauge>,
     pub duplicates: Counter,
     /// Exactly-once: own epochs whose deletes are done, the time from an epoch's pre-commit (it
     /// closed and every message was settled) to its deletes confirmed, and redelivered messages
@@ -57,25 +96,39 @@ pub struct Metrics {
     pub held: HeldMetrics,
 }
 
+type FloatGauge = Gauge<f64, AtomicU64>;
+
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// 10 ms to about 15 days in doublings: a message may wait in SQS up to 14 days.
+fn age_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 28))
 }
 
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("sluice_reader");
         let m = Self {
-            received: Counter::default(),
+            received: Family::default(),
+            received_bytes: Family::default(),
             delivered: Family::default(),
+            delivered_bytes: Family::default(),
             deleted: Counter::default(),
-            dead_lettered: Counter::default(),
+            dead_lettered: Family::default(),
             released: Counter::default(),
             retries: Family::default(),
             errors: Family::default(),
-            empty_receives: Counter::default(),
+            sink_errors: Family::default(),
+            empty_receives: Family::default(),
             in_flight: Gauge::default(),
             sink_latency: Family::new_with_constructor(latency_histogram),
-            lag: Histogram::new(exponential_buckets(0.01, 2.0, 18)),
+            receive_lag: Family::new_with_constructor(age_histogram),
+            end_to_end: Family::new_with_constructor(age_histogram),
+            oldest_age: Family::default(),
+            ready: Gauge::default(),
+            build_info: Family::default(),
             duplicates: Counter::default(),
             epochs_committed: Counter::default(),
             commit_latency: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
@@ -86,18 +139,40 @@ impl Metrics {
             held: HeldMetrics::default(),
             registry: Registry::default(),
         };
+        m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION") }).set(1);
         m.register(&mut registry);
         Self { registry, ..m }
     }
 
-    /// Every metric under its name and help text (the names are the contract).
+    /// Every metric under its name and help text (the names are the contract; METRICS.md lists
+    /// them, and the dashboard and alert rules under deploy/observability query them).
     fn register(&self, registry: &mut Registry) {
-        registry.register("received_messages", "Messages received from SQS", self.received.clone());
+        registry.register(
+            "build_info",
+            "Always 1; the version label says which build runs",
+            self.build_info.clone(),
+        );
+        registry.register("ready", "1 while /readyz answers ready, else 0", self.ready.clone());
+        registry.register(
+            "received_messages",
+            "Messages received from SQS, per queue",
+            self.received.clone(),
+        );
+        registry.register(
+            "received_bytes",
+            "Message body bytes received from SQS, per queue",
+            self.received_bytes.clone(),
+        );
         registry.register("delivered_messages", "Messages acknowledged by a sink", self.delivered.clone());
+        registry.register(
+            "delivered_bytes",
+            "Message body bytes acknowledged by a sink",
+            self.delivered_bytes.clone(),
+        );
         registry.register("deleted_messages", "Messages deleted from SQS", self.deleted.clone());
         registry.register(
             "dead_lettered_messages",
-            "Messages taken by the dead-letter sink",
+            "Messages taken by the dead-letter sink, per source queue",
             self.dead_lettered.clone(),
         );
         registry.register(
@@ -105,11 +180,20 @@ impl Metrics {
             "Messages made visible again (not delivered)",
             self.released.clone(),
         );
-        registry.register("retries", "Delivery attempts beyond the first, per sink", self.retries.clone());
+        registry.register(
+            "sink_retries",
+            "Delivery attempts beyond the first, per sink",
+            self.retries.clone(),
+        );
         registry.register("errors", "Errors by pipeline stage and type", self.errors.clone());
         registry.register(
+            "sink_errors",
+            "Deliveries a sink did not acknowledge, by sink and kind (failed: retried later; rejected: never will be)",
+            self.sink_errors.clone(),
+        );
+        registry.register(
             "empty_receives",
-            "ReceiveMessage calls that returned nothing",
+            "ReceiveMessage calls that returned nothing, per queue",
             self.empty_receives.clone(),
         );
         registry.register(
@@ -122,9 +206,23 @@ impl Metrics {
             "Time a sink took to answer a delivery",
             self.sink_latency.clone(),
         );
-        registry.register("lag_seconds", "Time from SentTimestamp to receipt", self.lag.clone());
         registry.register(
-            "duplicates",
+            "receive_lag_seconds",
+            "Time from SentTimestamp to receipt, per queue",
+            self.receive_lag.clone(),
+        );
+        registry.register(
+            "end_to_end_latency_seconds",
+            "Time from SentTimestamp to a sink's acknowledgement, per queue",
+            self.end_to_end.clone(),
+        );
+        registry.register(
+            "oldest_message_age_seconds",
+            "Age of the oldest message in the last receive from the queue (0 after an empty receive)",
+            self.oldest_age.clone(),
+        );
+        registry.register(
+            "redelivered_messages",
             "Messages received again by this reader (redeliveries)",
             self.duplicates.clone(),
         );
@@ -160,8 +258,69 @@ impl Metrics {
         self.errors.get_or_create(&ErrorLabel { stage, error_type: error_type.into() }).inc();
     }
 
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// One received batch of `queue_url`: counts, bytes, and the age of its oldest message
+    /// (`sent_ms`: the SentTimestamps known) as the queue's oldest-message age.
+    pub fn received(&self, queue_url: &str, messages: u64, bytes: u64, sent_ms: &[i64], now_ms: i64) {
+        let label = QueueLabel::of(queue_url);
+        self.received.get_or_create(&label).inc_by(messages);
+        self.received_bytes.get_or_create(&label).inc_by(bytes);
+        let lag = self.receive_lag.get_or_create(&label);
+        for &sent in sent_ms {
+            lag.observe(age_seconds(sent, now_ms));
+        }
+        if let Some(&oldest) = sent_ms.iter().min() {
+            self.oldest_age.get_or_create(&label).set(age_seconds(oldest, now_ms));
+        }
+    }
+
+    /// An empty receive: nothing in the queue was waiting for this poller.
+    pub fn empty_receive(&self, queue_url: &str) {
+        let label = QueueLabel::of(queue_url);
+        self.empty_receives.get_or_create(&label).inc();
+        self.oldest_age.get_or_create(&label).set(0.0);
+    }
+
+    /// A record `sink` failed or rejected (`kind`), counted per sink and among the errors.
+    pub fn sink_error(&self, sink: &str, kind: &'static str) {
+        self.error("deliver", kind);
+        self.sink_errors.get_or_create(&SinkErrorLabel { sink: sink.to_owned(), kind }).inc();
+    }
+
+    /// Creates `queue_url`'s series at zero, so a dashboard shows the queue and `increase()` sees
+    /// the first message, before anything happened to it.
+    pub fn declare_queue(&self, queue_url: &str) {
+        let label = QueueLabel::of(queue_url);
+        drop(self.received.get_or_create(&label));
+        drop(self.received_bytes.get_or_create(&label));
+        drop(self.empty_receives.get_or_create(&label));
+        drop(self.dead_lettered.get_or_create(&label));
+        drop(self.oldest_age.get_or_create(&label));
+        drop(self.receive_lag.get_or_create(&label));
+        drop(self.end_to_end.get_or_create(&label));
+    }
+
     pub fn delivered(&self, sink: &str, n: u64) {
         self.delivered.get_or_create(&SinkLabel { sink: sink.to_owned() }).inc_by(n);
+    }
+
+    /// One record a sink acknowledged: its bytes, and its end-to-end latency from SentTimestamp.
+    pub fn delivered_record(&self, sink: &str, record: &Record, now_ms: i64) {
+        self.delivered_bytes
+            .get_or_create(&SinkLabel { sink: sink.to_owned() })
+            .inc_by(record.size_bytes() as u64);
+        if let Some(sent) = record.sent_timestamp_ms {
+            self.end_to_end
+                .get_or_create(&QueueLabel::of(&record.queue_url))
+                .observe(age_seconds(sent, now_ms));
+        }
+    }
+
+    pub fn dead_lettered(&self, queue_url: &str) {
+        self.dead_lettered.get_or_create(&QueueLabel::of(queue_url)).inc();
     }
 
     pub fn sink_latency(&self, sink: &str, took: Duration) {
@@ -172,12 +331,18 @@ impl Metrics {
         self.commit_latency.observe(took.as_secs_f64());
     }
 
-    pub fn lag(&self, sent_timestamp_ms: i64, now_ms: i64) {
-        self.lag.observe((now_ms - sent_timestamp_ms).max(0) as f64 / 1000.0);
-    }
-
-    /// Sinks whose own retry counts are exported as `retries_total{sink}`.
+    /// Sinks whose own retry counts are exported as `sink_retries_total{sink}`.
+    /// Its series are created at zero here, as `declare_queue` does for queues.
     pub fn watch_sink(&self, name: &str, stats: Arc<SinkStats>) {
+        let label = SinkLabel { sink: name.to_owned() };
+        drop(self.delivered.get_or_create(&label));
+        drop(self.delivered_bytes.get_or_create(&label));
+        drop(self.retries.get_or_create(&label));
+        drop(self.sink_latency.get_or_create(&label));
+        for kind in ["failed", "rejected"] {
+            drop(self.sink_errors.get_or_create(&SinkErrorLabel { sink: name.to_owned(), kind }));
+            drop(self.errors.get_or_create(&ErrorLabel { stage: "deliver", error_type: kind.to_owned() }));
+        }
         self.sink_stats.lock().unwrap_or_else(|e| e.into_inner()).push((name.to_owned(), stats));
     }
 
@@ -194,6 +359,10 @@ impl Metrics {
     }
 }
 
+fn age_seconds(sent_ms: i64, now_ms: i64) -> f64 {
+    (now_ms - sent_ms).max(0) as f64 / 1000.0
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -207,32 +376,65 @@ mod tests {
     #[test]
     fn names_follow_the_contract() {
         let m = Metrics::new();
-        m.received.inc_by(3);
+        let url = "http://127.0.0.1:4566/queue/us-east-1/000000000000/orders";
+        m.received(url, 3, 30, &[1_000, 2_000], 3_500);
+        m.empty_receive("http://127.0.0.1:4566/queue/us-east-1/000000000000/idle");
         m.delivered("out", 2);
         m.error("receive", "QueueDoesNotExist");
         m.in_flight.set(5);
+        m.set_ready(true);
         m.sink_latency("out", Duration::from_millis(3));
-        m.lag(1_000, 3_500);
+        m.sink_error("out", "failed");
+        m.declare_queue("http://q/declared");
         let stats = Arc::new(SinkStats::default());
         stats.record_retry();
         m.watch_sink("out", stats.clone());
         let text = m.encode();
         for line in [
-            "sluice_reader_received_messages_total 3",
+            "sluice_reader_build_info{version=\"",
+            "sluice_reader_ready 1",
+            "sluice_reader_received_messages_total{queue=\"orders\"} 3",
+            "sluice_reader_received_bytes_total{queue=\"orders\"} 30",
+            "sluice_reader_oldest_message_age_seconds{queue=\"orders\"} 2.5",
+            "sluice_reader_oldest_message_age_seconds{queue=\"idle\"} 0",
+            "sluice_reader_empty_receives_total{queue=\"idle\"} 1",
             "sluice_reader_delivered_messages_total{sink=\"out\"} 2",
             "sluice_reader_errors_total{stage=\"receive\",error_type=\"QueueDoesNotExist\"} 1",
             "sluice_reader_in_flight_messages 5",
-            "sluice_reader_retries_total{sink=\"out\"} 1",
-            "sluice_reader_lag_seconds_sum 2.5",
+            "sluice_reader_sink_errors_total{sink=\"out\",kind=\"failed\"} 1",
+            "sluice_reader_sink_errors_total{sink=\"out\",kind=\"rejected\"} 0",
+            "sluice_reader_errors_total{stage=\"deliver\",error_type=\"failed\"} 1",
+            "sluice_reader_dead_lettered_messages_total{queue=\"declared\"} 0",
+            "sluice_reader_delivered_bytes_total{sink=\"out\"} 0",
+            "sluice_reader_sink_retries_total{sink=\"out\"} 1",
+            "sluice_reader_receive_lag_seconds_sum{queue=\"orders\"} 4.0",
             "sluice_reader_sink_latency_seconds_count{sink=\"out\"} 1",
             "sluice_reader_deleted_messages_total 0",
-            "sluice_reader_duplicates_total 0",
-            "sluice_reader_empty_receives_total 0",
+            "sluice_reader_redelivered_messages_total 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
         stats.record_retry();
-        assert!(m.encode().contains("sluice_reader_retries_total{sink=\"out\"} 2"));
+        assert!(m.encode().contains("sluice_reader_sink_retries_total{sink=\"out\"} 2"));
+    }
+
+    #[test]
+    fn a_delivered_record_counts_its_bytes_and_end_to_end_latency_by_queue() {
+        let m = Metrics::new();
+        let record = crate::sink::testing::record("m-1");
+        m.delivered_record("out", &record, record.sent_timestamp_ms.unwrap_or(0) + 1_500);
+        let text = m.encode();
+        let queue = queue_name(&record.queue_url);
+        assert!(text.contains("sluice_reader_delivered_bytes_total{sink=\"out\"} 8"), "{text}");
+        let latency = format!("sluice_reader_end_to_end_latency_seconds_sum{{queue=\"{queue}\"}} 1.5");
+        assert!(text.contains(&latency), "missing {latency} in\n{text}");
+    }
+
+    #[test]
+    fn the_queue_label_is_the_url_last_segment() {
+        assert_eq!(queue_name("https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo"), "orders.fifo");
+        assert_eq!(queue_name("http://q/"), "q");
+        assert_eq!(queue_name("orders"), "orders");
     }
 }
 

@@ -20,6 +20,9 @@ use crate::record::{Payload, Record};
 /// Idempotency key header (IETF draft `Idempotency-Key`), equal to `ce-id`.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// The W3C trace context header, carrying the record's `trace`.
+pub const TRACEPARENT: &str = "traceparent";
+
 /// The binary-mode headers for `record`, `Content-Type` and `Idempotency-Key` included.
 ///
 /// Built once per delivery attempt, so it avoids per-header allocations where it can: the fixed
@@ -46,6 +49,10 @@ pub fn headers(record: &Record, event_type: &str) -> HeaderMap {
     }
     if let Some(id) = id {
         put(HeaderName::from_static(IDEMPOTENCY_KEY), id);
+    }
+    // The CloudEvents Distributed Tracing extension: in HTTP binary mode it is the W3C header.
+    if let Some(trace) = record.trace.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
+        put(HeaderName::from_static(TRACEPARENT), trace);
     }
     let mut content_type = None;
     for (name, value) in &record.message_attributes {
@@ -140,6 +147,7 @@ mod tests {
             dedup_id: None,
             epoch: 0,
             incarnation: 0,
+            trace: None,
         }
     }
 
@@ -157,6 +165,17 @@ mod tests {
         assert_eq!(get(&h, "ce-time"), Some("2023-11-14T22:13:20.123Z"));
         assert_eq!(get(&h, "idempotency-key"), Some("0f6b-42"));
         assert_eq!(get(&h, "content-type"), Some("application/octet-stream"));
+    }
+
+    #[test]
+    fn the_trace_context_goes_out_as_traceparent() {
+        let mut r = record(Payload::Raw, &[]);
+        assert_eq!(get(&headers(&r, "t"), "traceparent"), None);
+        r.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+        assert_eq!(
+            get(&headers(&r, "t"), "traceparent"),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
     }
 
     #[test]

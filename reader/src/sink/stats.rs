@@ -2,7 +2,7 @@
 //!
 //! Why plain atomics and not metrics types: the sinks should not know which metrics library the
 //! reader exports with, nor its label names. The pipeline reads these after each `deliver` (or at
-//! scrape time) and feeds its own `retries_total{sink}`; a sink only counts.
+//! scrape time) and feeds its own `sink_retries_total{sink}`; a sink only counts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

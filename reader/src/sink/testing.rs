@@ -23,5 +23,6 @@ pub fn record(id: &str) -> Record {
         dedup_id: None,
         epoch: 0,
         incarnation: 0,
+        trace: None,
     }
 }

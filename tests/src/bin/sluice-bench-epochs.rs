@@ -296,9 +296,12 @@ fn clock_ticks() -> u64 {
         .unwrap_or(100)
 }
 
-/// The value of an unlabelled sample in Prometheus text.
+/// The sum of `name`'s series (labelled or not), if it has any.
 fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with([' ', '{'])))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
 }
 
 /// The commit latency histogram, if any epoch committed.

@@ -1,4 +1,4 @@
-//! Message ids this reader has received lately, to count redeliveries (`duplicates_total`).
+//! Message ids this reader has received lately, to count redeliveries (`redelivered_messages_total`).
 //!
 //! Why bounded: the set lives as long as the process and sees every message; the oldest ids
 //! are forgotten first, which only means a very late redelivery goes uncounted.
