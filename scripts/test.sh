@@ -58,6 +58,12 @@ cargo fmt --all -- --check
 step "dependency graph: one HTTP stack, one TLS provider"
 bash scripts/check-deps.sh
 
+step "alert rules: promtool check and unit tests"
+bash scripts/check-alerts.sh
+
+step "no function over 80 lines in the reader and the operator"
+bash scripts/long-functions.sh
+
 # One compile serves the lints and the tests. `cargo clippy` would type-check every dependency a second
 # time (as metadata only, which no test can reuse), so instead clippy-driver runs as the workspace's rustc
 # wrapper (exactly how `cargo clippy` runs it) during the real build of every target: the workspace's own
