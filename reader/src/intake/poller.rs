@@ -19,7 +19,8 @@ use super::limiter::Limiter;
 use super::receive::{random_attempt_id, receive_once};
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
-use crate::deliver::dispatch::Item;
+use crate::deliver::dispatch::{Item, Verdict};
+use crate::payload::{Resolution, Resolver};
 use crate::process::backoff::backoff;
 use crate::process::stop::Stop;
 use crate::settle::ledger::Ticket;
@@ -46,6 +47,9 @@ pub struct Poller {
     /// Messages in work (received, not yet settled by the sinks) at most, shared by every poller.
     pub capacity: Arc<Semaphore>,
     pub pipeline: Arc<Pipeline>,
+    /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
+    /// is resolved).
+    pub resolver: Option<Arc<Resolver>>,
 }
 
 /// What one turn of the loop brought.
@@ -151,6 +155,10 @@ impl Poller {
             drop(spare);
         }
         let (tickets, items) = self.take_in(messages).await;
+        // Messages settled at intake (a TestEvent, a fetch to retry later) give their capacity back.
+        if let Some(spare) = permit.split(permit.num_permits().saturating_sub(items.len())) {
+            drop(spare);
+        }
         if stopping {
             self.pipeline.release(&tickets, &items);
             return false;
@@ -211,8 +219,7 @@ impl Poller {
             .collect();
         let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
         let now_ms = now_ms();
-        let mut tickets = Vec::with_capacity(usable.len());
-        let mut items = Vec::with_capacity(usable.len());
+        let mut decoded = Vec::with_capacity(usable.len());
         for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
             let (mut record, poison) = match decode(message, &self.queue.url, self.payload, tag.epoch) {
                 Decoded::Ok(r) => (r, None),
@@ -225,8 +232,48 @@ impl Poller {
             if let Some(sent) = record.sent_timestamp_ms {
                 metrics.lag(sent, now_ms);
             }
-            tickets.push(ticket);
-            items.push(Item { record: Arc::new(record), poison });
+            decoded.push((ticket, record, poison));
+        }
+        let Some(resolver) = &self.resolver else {
+            return decoded
+                .into_iter()
+                .map(|(ticket, record, poison)| (ticket, Item { record: Arc::new(record), poison }))
+                .unzip();
+        };
+        let resolved =
+            futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
+                match poison {
+                    Some(reason) => (ticket, Resolution::Poison(record, reason)),
+                    None => (ticket, resolver.resolve(record).await),
+                }
+            }))
+            .await;
+        let mut tickets = Vec::with_capacity(resolved.len());
+        let mut items = Vec::with_capacity(resolved.len());
+        for (ticket, resolution) in resolved {
+            let (item, settle) = match resolution {
+                Resolution::Deliver(record) => (Item { record: Arc::new(record), poison: None }, None),
+                Resolution::Poison(record, reason) => {
+                    metrics.error("payload", "unreadable_object");
+                    crate::payload::warn("unreadable", &reason);
+                    (Item { record: Arc::new(record), poison: Some(reason) }, None)
+                }
+                Resolution::Acknowledge(record) => {
+                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Delete))
+                }
+                Resolution::Release(record, reason) => {
+                    metrics.error("payload", "fetch_failed");
+                    crate::payload::warn("failed", &format!("{reason}; the message goes back to the queue"));
+                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Release))
+                }
+            };
+            match settle {
+                Some(verdict) => self.pipeline.settle(&[ticket], &[verdict], &[item]),
+                None => {
+                    tickets.push(ticket);
+                    items.push(item);
+                }
+            }
         }
         (tickets, items)
     }

@@ -15,6 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::payload::FetchStats;
 use crate::sink::SinkStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +55,7 @@ pub struct Metrics {
     /// This replica's share of the source-wide rate limit (0: no limit); set by `intake::limiter::publish`.
     pub rate_limit_messages: Gauge,
     pub rate_limit_bytes: Gauge,
+    pub payload: PayloadMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -82,9 +84,11 @@ impl Metrics {
             sink_stats: Mutex::new(Vec::new()),
             rate_limit_messages: Gauge::default(),
             rate_limit_bytes: Gauge::default(),
+            payload: PayloadMetrics::default(),
             registry: Registry::default(),
         };
         m.register(&mut registry);
+        m.payload.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -184,6 +188,7 @@ impl Metrics {
             let counter = self.retries.get_or_create(&SinkLabel { sink: name.clone() });
             counter.inc_by(stats.retries().saturating_sub(counter.get()));
         }
+        self.payload.refresh();
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
@@ -230,5 +235,46 @@ mod tests {
         }
         stats.record_retry();
         assert!(m.encode().contains("sluice_reader_retries_total{sink=\"out\"} 2"));
+    }
+}
+
+/// Object fetching (S3 notifications, Extended Client pointers), copied from the resolver's
+/// `FetchStats` at scrape time as the sinks' retries are, so the fetch path knows no metrics library.
+#[derive(Default)]
+pub struct PayloadMetrics {
+    objects: Counter,
+    bytes: Counter,
+    held_bytes: Gauge,
+    stats: Mutex<Option<Arc<FetchStats>>>,
+}
+
+impl PayloadMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "payload_objects_fetched",
+            "Objects fetched from S3 as payloads",
+            self.objects.clone(),
+        );
+        registry.register("payload_fetched_bytes", "Bytes of objects fetched from S3", self.bytes.clone());
+        registry.register(
+            "payload_held_bytes",
+            "Bytes of fetched objects held now (fetched, not yet answered by every sink)",
+            self.held_bytes.clone(),
+        );
+    }
+
+    /// Export `stats` (the resolver's) from now on.
+    pub fn watch(&self, stats: Arc<FetchStats>) {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
+    }
+
+    fn refresh(&self) {
+        let Some(stats) = self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
+        let objects = stats.objects.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = stats.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        self.objects.inc_by(objects.saturating_sub(self.objects.get()));
+        self.bytes.inc_by(bytes.saturating_sub(self.bytes.get()));
+        let held = stats.held_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        self.held_bytes.set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 }

@@ -12,11 +12,13 @@ use tokio_util::sync::CancellationToken;
 use super::{Coordination, Options, epochs};
 use crate::aws::queue::{self, Queue};
 use crate::aws::{SqsClients, load_sdk_config};
+use crate::config::payload::PayloadSettings;
 use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::poller::Poller;
+use crate::payload::{self, Resolver};
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
@@ -70,6 +72,11 @@ pub async fn start(
     let sinks: Sinks =
         sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
             .map_err(|e| Error::config(e.field, e.message))?;
+    let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
+    let resolver = payload::build(&payload, &sdk).map(Arc::new);
+    if let Some(resolver) = &resolver {
+        metrics.payload.watch(resolver.stats());
+    }
     let mut clients = SqsClients::new(sdk);
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
@@ -116,7 +123,7 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, resolver);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -156,6 +163,7 @@ fn spawn_pollers(
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
     limiter: Arc<Limiter>,
+    resolver: Option<Arc<Resolver>>,
 ) -> JoinSet<()> {
     let capacity = settings.receive.pollers * settings.receive.max_messages as usize * BATCHES_PER_POLLER;
     let capacity = Arc::new(Semaphore::new(capacity));
@@ -171,6 +179,7 @@ fn spawn_pollers(
                 limiter: limiter.clone(),
                 capacity: capacity.clone(),
                 pipeline: pipeline.clone(),
+                resolver: resolver.clone(),
             };
             pollers.spawn(poller.run());
             id += 1;
