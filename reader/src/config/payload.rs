@@ -18,6 +18,8 @@ pub struct PayloadSettings {
     pub bounds: Bounds,
     pub endpoint: Option<String>,
     pub region: Option<String>,
+    /// `s3.buckets`: the only buckets objects are fetched from (empty: any).
+    pub buckets: Vec<String>,
 }
 
 impl PayloadSettings {
@@ -54,6 +56,7 @@ impl PayloadSettings {
             },
             endpoint,
             region: spec.s3.as_ref().and_then(|s| s.region.clone()),
+            buckets: spec.s3.as_ref().map(|s| s.buckets.clone()).unwrap_or_default(),
         })
     }
 }

@@ -71,11 +71,23 @@ pub struct Resolver {
     format: PayloadFormat,
     pointers: bool,
     fetcher: Fetcher,
+    /// `spec.payload.s3.buckets`: the only buckets fetched from (empty: any).
+    buckets: Vec<String>,
 }
 
 impl Resolver {
-    pub fn new(format: PayloadFormat, pointers: bool, fetcher: Fetcher) -> Self {
-        Self { format, pointers, fetcher }
+    pub fn new(format: PayloadFormat, pointers: bool, fetcher: Fetcher, buckets: Vec<String>) -> Self {
+        Self { format, pointers, fetcher, buckets }
+    }
+
+    /// The object's bytes, if its bucket is one the spec allows.
+    async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+        if !self.buckets.is_empty() && !self.buckets.iter().any(|b| b == bucket) {
+            return Err(FetchError::Permanent(format!(
+                "s3://{bucket}/{key}: bucket {bucket} is not in spec.payload.s3.buckets: add it there to have its objects fetched"
+            )));
+        }
+        self.fetcher.fetch(bucket, key, version).await
     }
 
     /// Whether messages of `format` need this resolver at all.
@@ -127,7 +139,7 @@ impl Resolver {
             record.body = Bytes::new();
             return Resolution::Deliver(record);
         }
-        match self.fetcher.fetch(&object.bucket, &object.key, object.version_id.as_deref()).await {
+        match self.fetch(&object.bucket, &object.key, object.version_id.as_deref()).await {
             Ok(body) => {
                 record.body = body;
                 Resolution::Deliver(record)
@@ -138,7 +150,7 @@ impl Resolver {
     }
 
     async fn pointer(&self, mut record: Record, found: pointer::Pointer) -> Resolution {
-        match self.fetcher.fetch(&found.bucket, &found.key, None).await {
+        match self.fetch(&found.bucket, &found.key, None).await {
             Ok(body) => {
                 // The body is now what the sender sent: the size attribute the client added goes.
                 record.message_attributes.remove(pointer::SIZE_ATTRIBUTE);
@@ -197,7 +209,8 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
         config = config.region(aws_sdk_s3::config::Region::new(region.clone()));
     }
     let client = aws_sdk_s3::Client::from_conf(config.build());
-    Some(Resolver::new(settings.format, settings.pointers, Fetcher::new(client, settings.bounds)))
+    let fetcher = Fetcher::new(client, settings.bounds);
+    Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
 }
 
 static FETCH_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
@@ -209,5 +222,41 @@ pub fn warn(kind: &'static str, reason: &str) {
     if let Some(failures) = due {
         let window = warnings::WINDOW.as_secs();
         tracing::warn!(kind, failures, "object fetch {kind} ({failures} in up to {window} s): {reason}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::testing::record;
+
+    fn resolver(buckets: &[&str]) -> Resolver {
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        let bounds = Bounds { max_object_bytes: 1024, max_concurrent_fetches: 1, max_bytes_in_flight: 1024 };
+        let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
+        Resolver::new(PayloadFormat::Raw, true, fetcher, buckets.iter().map(|b| (*b).to_owned()).collect())
+    }
+
+    #[tokio::test]
+    async fn a_pointer_outside_the_listed_buckets_is_poison_without_a_fetch() {
+        let mut r = record("m");
+        r.body = pointer::write("elsewhere", "k").into();
+        match resolver(&["inbox"]).resolve(r).await {
+            Resolution::Poison(_, reason) => {
+                assert!(reason.contains("not in spec.payload.s3.buckets"), "{reason}");
+            }
+            _ => panic!("expected poison"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_that_are_not_pointers_pass_untouched() {
+        match resolver(&[]).resolve(record("m")).await {
+            Resolution::Deliver(r) => assert_eq!(&r.body[..], b"body-m"),
+            _ => panic!("expected delivery"),
+        }
     }
 }
