@@ -72,6 +72,7 @@ struct Seen {
     headers: BTreeMap<String, String>,
     sha: String,
     len: usize,
+    at: Instant,
 }
 
 #[derive(Clone, Default)]
@@ -120,7 +121,7 @@ async fn accept(State(receiver): State<Receiver>, headers: HeaderMap, body: Byte
         .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
     let id = headers.get("ce-id").cloned().unwrap_or_default();
-    let seen = Seen { id, headers, sha: sha(&body), len: body.len() };
+    let seen = Seen { id, headers, sha: sha(&body), len: body.len(), at: Instant::now() };
     receiver.seen.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
     StatusCode::OK
 }
@@ -590,4 +591,103 @@ async fn one_mib_messages_pass_every_sink_and_the_dead_letter_route_unchanged() 
         queue.delete().await?;
     }
     Ok(())
+}
+
+/// Objects and bytes per second for `objects` objects of 1 MiB: the reader (S3 notifications
+/// fetched, POSTed to an http sink) next to a plain boto3 loop doing GetObject + POST to the same
+/// kind of receiver, side by side, `ROUNDS` rounds, medians printed. A benchmark, not a check:
+/// `cargo nextest run -p sluice-tests --test e2e_s3_payloads --run-ignored only --no-capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: prints figures for BENCHMARKS.md"]
+async fn bench_fetch_throughput_next_to_boto3() -> Result<()> {
+    const OBJECTS: usize = 100;
+    const ROUNDS: usize = 3;
+    let endpoint = LocalStack::ensure().await?;
+    let dir = tempfile::tempdir()?;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for round in 0..ROUNDS {
+        let Notified { bucket, queue } = notified_bucket(&endpoint, "bench").await?;
+        let mut upload = vec!["upload".to_owned(), bucket.clone()];
+        for i in 0..OBJECTS {
+            let path = dir.path().join(format!("bench-{i}"));
+            if round == 0 {
+                std::fs::write(&path, object_bytes(MIB, 100 + i as u64))?;
+            }
+            upload.push(format!("bench/{i}"));
+            upload.push(path.to_string_lossy().into_owned());
+        }
+        let args: Vec<&str> = upload.iter().map(String::as_str).collect();
+        py(&endpoint, &args)?;
+
+        // boto3: GetObject + POST, one object after the other, as a plain consumer loop does.
+        let (baseline_sink, baseline_url) = Receiver::start().await?;
+        let count = OBJECTS.to_string();
+        let plain = py(&endpoint, &["baseline", &bucket, "bench/", &count, &baseline_url])?;
+        let seconds = plain["seconds"].as_f64().context("baseline seconds")?;
+        ensure!(
+            baseline_sink.seen().len() == OBJECTS,
+            "the baseline delivered {}",
+            baseline_sink.seen().len()
+        );
+        theirs.push(seconds);
+
+        // The reader: from its start to the last object at the sink (start-up included).
+        let (sink, http) = Receiver::start().await?;
+        let dlq = TestQueue::create(&sqs_client(&endpoint), "bench-dlq", false).await?;
+        let yaml = strip_archive(&notification_source("bench", &queue, &endpoint, &http, "-", &dlq, false));
+        let started = Instant::now();
+        let reader = Reader::start(dir.path(), &yaml)?;
+        let seen = sink.wait_for(OBJECTS, Duration::from_secs(300)).await?;
+        let last = seen.iter().map(|s| s.at).max().context("no deliveries")?;
+        ours.push(last.duration_since(started).as_secs_f64());
+        let cpu = reader_cpu_seconds(&reader)?;
+        drop(reader);
+        println!(
+            "round {round}: sluice-reader {:.2} s ({cpu:.2} CPU-s), boto3 loop {seconds:.2} s for {OBJECTS} x 1 MiB",
+            ours[round]
+        );
+        queue.delete().await?;
+        dlq.delete().await?;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ours, theirs) = (median(&mut ours), median(&mut theirs));
+    let rate = |s: f64| (OBJECTS as f64 / s, OBJECTS as f64 / s);
+    let ((o_objs, o_mib), (t_objs, t_mib)) = (rate(ours), rate(theirs));
+    println!(
+        "median of {ROUNDS}: sluice-reader {o_objs:.1} objects/s ({o_mib:.1} MiB/s); boto3 GetObject+POST loop {t_objs:.1} objects/s ({t_mib:.1} MiB/s); ratio {:.2}",
+        theirs / ours
+    );
+    Ok(())
+}
+
+/// The notification source without its s3 sink: the benchmark measures fetching and the http sink.
+fn strip_archive(yaml: &str) -> String {
+    let mut out = Vec::new();
+    let mut skipping = false;
+    for line in yaml.lines() {
+        if line.starts_with("    - name: archive") {
+            skipping = true;
+            continue;
+        }
+        if skipping && (line.starts_with("    - ") || !line.starts_with("      ")) {
+            skipping = false;
+        }
+        if !skipping {
+            out.push(line);
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// User + system CPU seconds the reader has used (from /proc/PID/stat, at 100 ticks per second).
+fn reader_cpu_seconds(reader: &Reader) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.child.id()))?;
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok(ticks as f64 / 100.0)
 }
