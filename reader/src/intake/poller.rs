@@ -23,6 +23,7 @@ use crate::deliver::dispatch::{Item, Verdict};
 use crate::payload::{Resolution, Resolver};
 use crate::process::backoff::backoff;
 use crate::process::stop::Stop;
+use crate::record::Record;
 use crate::settle::ledger::Ticket;
 use crate::settle::{Arrival, Pipeline};
 
@@ -240,17 +241,37 @@ impl Poller {
                 .map(|(ticket, record, poison)| (ticket, Item { record: Arc::new(record), poison }))
                 .unzip();
         };
+        self.resolve(resolver, decoded).await
+    }
+
+    /// Fetch the payloads S3 notifications and Extended Client pointers name. A TestEvent (deleted)
+    /// and a fetch to retry later (released) are settled here and go no further; what a decode
+    /// already found poison is not resolved.
+    async fn resolve(
+        &self,
+        resolver: &Resolver,
+        decoded: Vec<(Ticket, Record, Option<String>)>,
+    ) -> (Vec<Ticket>, Vec<Item>) {
+        let metrics = self.pipeline.metrics();
         let resolved =
             futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
                 match poison {
-                    Some(reason) => (ticket, Resolution::Poison(record, reason)),
-                    None => (ticket, resolver.resolve(record).await),
+                    Some(reason) => (ticket, Err((record, reason))),
+                    None => (ticket, Ok(resolver.resolve(record).await)),
                 }
             }))
             .await;
         let mut tickets = Vec::with_capacity(resolved.len());
         let mut items = Vec::with_capacity(resolved.len());
         for (ticket, resolution) in resolved {
+            let resolution = match resolution {
+                Ok(resolution) => resolution,
+                Err((record, reason)) => {
+                    tickets.push(ticket);
+                    items.push(Item { record: Arc::new(record), poison: Some(reason) });
+                    continue;
+                }
+            };
             let (item, settle) = match resolution {
                 Resolution::Deliver(record) => (Item { record: Arc::new(record), poison: None }, None),
                 Resolution::Poison(record, reason) => {

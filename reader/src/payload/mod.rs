@@ -252,6 +252,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn fetch_counts_reach_the_metrics_at_scrape_time() {
+        let metrics = crate::process::metrics::Metrics::new();
+        let stats = Arc::new(FetchStats::default());
+        metrics.payload.watch(stats.clone());
+        stats.fetched(2048);
+        let text = metrics.encode();
+        for line in [
+            "sluice_reader_payload_objects_fetched_total 1",
+            "sluice_reader_payload_fetched_bytes_total 2048",
+            "sluice_reader_payload_held_bytes 2048",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
     #[tokio::test]
     async fn bodies_that_are_not_pointers_pass_untouched() {
         match resolver(&[]).resolve(record("m")).await {
