@@ -142,6 +142,7 @@ mod tests {
             endpoint: None,
             region: None,
             message_group_id: None,
+            offload: None,
         };
         assert!(sink.is_fifo());
         assert_eq!(sink.resolved_region().as_deref(), Some("us-east-2"));

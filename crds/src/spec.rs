@@ -25,12 +25,14 @@ use serde::{Deserialize, Serialize};
 pub use self::credentials::{CredentialSource, Credentials, SecretCredentialsRef};
 pub use self::delivery::{DeliverySpec, Guarantee, RetrySpec, RetryStrategy};
 pub use self::held::HeldSpec;
-pub use self::payload::{PayloadFormat, PayloadSpec};
+pub use self::payload::{ExtendedClientSpec, PayloadFormat, PayloadS3Spec, PayloadSpec};
 pub use self::queue::QueueRef;
 pub use self::reader::{ReaderResources, ReaderServiceAccount, ReaderSpec, ResourceAmounts};
 pub use self::receive::{RateLimitSpec, ReceiveSpec};
 pub use self::scaling::ScalingSpec;
-pub use self::sink::{HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsSinkSpec};
+pub use self::sink::{
+    HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
+};
 pub use self::sink_secrets::{HttpSecretRefs, SecretHeader, SecretKeyRef};
 use crate::status::SqsSourceStatus;
 

@@ -13,6 +13,7 @@ pub mod config;
 pub mod deliver;
 pub mod exactly_once;
 pub mod intake;
+pub mod payload;
 pub mod process;
 pub mod record;
 pub mod run;

@@ -37,7 +37,7 @@ const DELIVERED: &str = "sluice_reader_delivered_messages_total";
 const SHARE: &str = "sluice_reader_rate_limit_messages_per_second";
 
 fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+    sluice_tests::system::bin_dir()
 }
 
 /// An SqsSource of `REPLICAS` fixed readers reading `queue` into the HTTP sink at `sink`.

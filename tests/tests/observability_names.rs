@@ -30,7 +30,7 @@ const WITHIN: Duration = Duration::from_secs(120);
 const SCRAPE_LABELS: [&str; 3] = ["namespace", "source", "pod"];
 
 fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+    sluice_tests::system::bin_dir()
 }
 
 fn repo_file(path: &str) -> Result<String> {

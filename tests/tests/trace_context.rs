@@ -29,7 +29,7 @@ const XRAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd
 const XRAY_AS_W3C: &str = "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01";
 
 fn reader_binary() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").join("sluice-reader")
+    sluice_tests::system::bin_dir().join("sluice-reader")
 }
 
 /// `traceparent` header (or None) of each accepted event, by `ce-id`.

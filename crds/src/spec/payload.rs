@@ -1,7 +1,10 @@
 //! How a message body is interpreted before it reaches the sinks.
 //!
 //! `s3Notification` exists because S3 event notifications carry only object keys; fetching the
-//! objects in the reader spares every consumer from doing it.
+//! objects in the reader spares every consumer from doing it. Extended Client pointers exist for
+//! the same reason: a producer using the Amazon SQS Extended Client (Java or Python) put the real
+//! body in S3, and a consumer wants the body, not the pointer. The fetch bounds live here because
+//! an object can be far larger than any SQS message: they are what keeps a reader's memory bounded.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -22,11 +25,98 @@ pub enum PayloadFormat {
     S3Notification,
 }
 
-/// Message body handling. Default: raw.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+/// Message body handling. Default: raw, Extended Client pointers resolved.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PayloadSpec {
     /// `raw`, `json` or `s3Notification`. Default `raw`.
     #[serde(default)]
     pub format: PayloadFormat,
+    /// Where objects are fetched from (S3 notifications and Extended Client pointers). Default:
+    /// the AWS endpoint of the reader's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<PayloadS3Spec>,
+    /// Largest object fetched, in bytes, 0-4294967296 (4 GiB); a larger one goes to the
+    /// dead-letter sink with the reason. Default 67108864 (64 MiB).
+    #[serde(default = "default_max_object_bytes")]
+    #[schemars(range(max = 4_294_967_296_u64))]
+    pub max_object_bytes: u64,
+    /// Objects fetched at once per reader pod, 1-256. Default 8.
+    #[serde(default = "default_max_concurrent_fetches")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_concurrent_fetches: u32,
+    /// Bytes of fetched objects a reader pod holds at once (fetching and not yet delivered), at
+    /// least `maxObjectBytes`, at most 17179869184 (16 GiB). Default 268435456 (256 MiB).
+    #[serde(default = "default_max_bytes_in_flight")]
+    #[schemars(range(min = 1, max = 17_179_869_184_u64))]
+    pub max_bytes_in_flight: u64,
+    /// Amazon SQS Extended Client pointers (a body that names an S3 object holding the real
+    /// body). Default: resolved.
+    #[serde(default)]
+    pub extended_client: ExtendedClientSpec,
+}
+
+impl Default for PayloadSpec {
+    fn default() -> Self {
+        Self {
+            format: PayloadFormat::Raw,
+            s3: None,
+            max_object_bytes: default_max_object_bytes(),
+            max_concurrent_fetches: default_max_concurrent_fetches(),
+            max_bytes_in_flight: default_max_bytes_in_flight(),
+            extended_client: ExtendedClientSpec::default(),
+        }
+    }
+}
+
+/// The S3 endpoint objects are read from.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PayloadS3Spec {
+    /// Endpoint override, e.g. `http://127.0.0.1:4566` (an http(s) URL without a path). Absent:
+    /// the AWS endpoint of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: Option<String>,
+    /// AWS region of the buckets, e.g. `us-east-1`. Absent: the default chain's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub region: Option<String>,
+    /// Buckets objects may be fetched from, at most 32. The operator checks each is reachable
+    /// with the source's identity; an object in any other bucket goes to the dead-letter sink.
+    /// Empty (the default): any bucket the reader's identity can read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub buckets: Vec<String>,
+}
+
+/// What the reader does with an Extended Client pointer.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtendedClientSpec {
+    /// Fetch the object a pointer names and deliver it as the body. Default true.
+    #[serde(default = "default_true")]
+    pub resolve: bool,
+}
+
+impl Default for ExtendedClientSpec {
+    fn default() -> Self {
+        Self { resolve: true }
+    }
+}
+
+const fn default_true() -> bool {
+    true
+}
+
+const fn default_max_object_bytes() -> u64 {
+    64 * 1024 * 1024
+}
+
+const fn default_max_concurrent_fetches() -> u32 {
+    8
+}
+
+const fn default_max_bytes_in_flight() -> u64 {
+    256 * 1024 * 1024
 }

@@ -103,6 +103,36 @@ pub struct SqsSinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub message_group_id: Option<String>,
+    /// Bodies over a threshold are written to S3 and the message carries a pointer to them, in
+    /// the Amazon SQS Extended Client's format (Java and Python clients read it). Absent: bodies
+    /// are sent as they are (SQS refuses those over 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<SqsOffloadSpec>,
+}
+
+/// Where the `sqs` sink puts bodies too large to send, and from what size.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SqsOffloadSpec {
+    /// Bucket the bodies are written to (object key: the source MessageId). Required.
+    #[schemars(length(min = 3, max = 63))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')")
+        .message("spec.sinks[].sqs.offload.bucket must be a valid S3 bucket name (3-63 lowercase letters, digits, . and -): rename it"))]
+    pub bucket: String,
+    /// Bodies (with their attributes) larger than this many bytes are offloaded, 0-1048576.
+    /// Default 262144 (256 KiB, the Extended Client's own threshold).
+    #[serde(default = "default_offload_threshold")]
+    #[schemars(range(max = 1_048_576))]
+    pub threshold_bytes: u64,
+    /// S3 endpoint override, e.g. `http://127.0.0.1:4566`. Absent: the sink's `endpoint`, else
+    /// the AWS endpoint of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: Option<String>,
+}
+
+const fn default_offload_threshold() -> u64 {
+    262_144
 }
 
 /// S3 sink: transactional per checkpoint epoch (a multipart upload completed when the epoch

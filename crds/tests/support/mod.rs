@@ -52,7 +52,8 @@ pub fn full() -> Value {
                 },
                 {
                     "name": "forward",
-                    "sqs": {"queueUrl": queue_url("copies"), "endpoint": LOCALSTACK, "region": "us-east-1"}
+                    "sqs": {"queueUrl": queue_url("copies"), "endpoint": LOCALSTACK, "region": "us-east-1",
+                        "offload": {"bucket": "sluice-large", "thresholdBytes": 262144}}
                 },
                 {
                     "name": "archive",
@@ -65,9 +66,14 @@ pub fn full() -> Value {
             ],
             "deadLetterSink": {
                 "name": "dead",
-                "sqs": {"queueUrl": queue_url("dead"), "endpoint": LOCALSTACK, "region": "us-east-1"}
+                "sqs": {"queueUrl": queue_url("dead"), "endpoint": LOCALSTACK, "region": "us-east-1",
+                    "offload": {"bucket": "sluice-large", "thresholdBytes": 262144, "endpoint": LOCALSTACK}}
             },
-            "payload": {"format": "json"},
+            "payload": {
+                "format": "json", "s3": {"endpoint": LOCALSTACK, "region": "us-east-1"},
+                "maxObjectBytes": 1048576, "maxConcurrentFetches": 4, "maxBytesInFlight": 4194304,
+                "extendedClient": {"resolve": true}
+            },
             "scaling": {
                 "minReplicas": 0, "maxReplicas": 5, "targetMessagesPerReplica": 50, "activationThreshold": 1,
                 "countInFlight": true, "countDelayed": true, "targetDrainSeconds": 30, "scaleUpMaxStep": 2,

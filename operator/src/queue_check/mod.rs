@@ -7,6 +7,7 @@
 
 pub mod aws_error;
 pub mod checks;
+pub mod payload_buckets;
 pub mod s3;
 pub mod sqs;
 pub mod targets;

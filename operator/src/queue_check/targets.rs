@@ -79,6 +79,7 @@ pub fn targets(spec: &SqsSourceSpec) -> Vec<Target> {
             });
         }
     }
+    out.extend(super::payload_buckets::targets(spec));
     out
 }
 

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod options;
+pub mod payload;
 pub mod queue_url;
 pub mod settings;
 pub mod source_file;

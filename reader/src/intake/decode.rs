@@ -60,8 +60,8 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
     };
     match format {
         PayloadFormat::Raw => Decoded::Ok(record),
-        // An S3 event notification is a JSON document too; fetching the objects it names is
-        // not done by this reader yet, the notification itself is delivered.
+        // An S3 event notification is a JSON document too: parsed here, its object fetched
+        // next by `payload::Resolver`.
         PayloadFormat::Json | PayloadFormat::S3Notification => match serde_json::from_slice(&record.body) {
             Ok(value) => {
                 record.payload = Payload::Json(value);

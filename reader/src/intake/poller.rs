@@ -20,9 +20,11 @@ use super::limiter::Limiter;
 use super::receive::{random_attempt_id, receive_once};
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
-use crate::deliver::dispatch::Item;
+use crate::deliver::dispatch::{Item, Verdict};
+use crate::payload::{Resolution, Resolver};
 use crate::process::backoff::backoff;
 use crate::process::stop::Stop;
+use crate::record::Record;
 use crate::settle::held::{Claim, Held};
 use crate::settle::ledger::Ticket;
 use crate::settle::{Arrival, Pipeline};
@@ -50,6 +52,9 @@ pub struct Poller {
     pub pipeline: Arc<Pipeline>,
     /// Cancelled when the queue needs one poller fewer: it ends before its next receive.
     pub retire: tokio_util::sync::CancellationToken,
+    /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
+    /// is resolved).
+    pub resolver: Option<Arc<Resolver>>,
 }
 
 /// What one turn of the loop brought.
@@ -214,8 +219,7 @@ impl Poller {
             })
             .collect();
         let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
-        let mut tickets = Vec::with_capacity(usable.len());
-        let mut items = Vec::with_capacity(usable.len());
+        let mut decoded = Vec::with_capacity(usable.len());
         for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
             let (mut record, poison) = match decode(message, &self.queue.url, self.payload, tag.epoch) {
                 Decoded::Ok(r) => (r, None),
@@ -225,8 +229,68 @@ impl Poller {
                 }
             };
             record.incarnation = tag.incarnation;
-            tickets.push(ticket);
-            items.push(Item { record: Arc::new(record), poison });
+            decoded.push((ticket, record, poison));
+        }
+        let Some(resolver) = &self.resolver else {
+            return decoded
+                .into_iter()
+                .map(|(ticket, record, poison)| (ticket, Item { record: Arc::new(record), poison }))
+                .unzip();
+        };
+        self.resolve(resolver, decoded).await
+    }
+
+    /// Fetch the payloads S3 notifications and Extended Client pointers name. A TestEvent (deleted)
+    /// and a fetch to retry later (released) are settled here and go no further; what a decode
+    /// already found poison is not resolved.
+    async fn resolve(
+        &self,
+        resolver: &Resolver,
+        decoded: Vec<(Ticket, Record, Option<String>)>,
+    ) -> (Vec<Ticket>, Vec<Item>) {
+        let metrics = self.pipeline.metrics();
+        let resolved =
+            futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
+                match poison {
+                    Some(reason) => (ticket, Err((record, reason))),
+                    None => (ticket, Ok(resolver.resolve(record).await)),
+                }
+            }))
+            .await;
+        let mut tickets = Vec::with_capacity(resolved.len());
+        let mut items = Vec::with_capacity(resolved.len());
+        for (ticket, resolution) in resolved {
+            let resolution = match resolution {
+                Ok(resolution) => resolution,
+                Err((record, reason)) => {
+                    tickets.push(ticket);
+                    items.push(Item { record: Arc::new(record), poison: Some(reason) });
+                    continue;
+                }
+            };
+            let (item, settle) = match resolution {
+                Resolution::Deliver(record) => (Item { record: Arc::new(record), poison: None }, None),
+                Resolution::Poison(record, reason) => {
+                    metrics.error("payload", "unreadable_object");
+                    crate::payload::warn("unreadable", &reason);
+                    (Item { record: Arc::new(record), poison: Some(reason) }, None)
+                }
+                Resolution::Acknowledge(record) => {
+                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Delete))
+                }
+                Resolution::Release(record, reason) => {
+                    metrics.error("payload", "fetch_failed");
+                    crate::payload::warn("failed", &format!("{reason}; the message goes back to the queue"));
+                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Release))
+                }
+            };
+            match settle {
+                Some(verdict) => self.pipeline.settle(&[ticket], &[verdict], &[item]),
+                None => {
+                    tickets.push(ticket);
+                    items.push(item);
+                }
+            }
         }
         (tickets, items)
     }

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::payload::FetchStats;
 use crate::record::Record;
 use crate::sink::SinkStats;
 
@@ -94,6 +95,7 @@ pub struct Metrics {
     pub rate_limit_messages: Gauge,
     pub rate_limit_bytes: Gauge,
     pub held: HeldMetrics,
+    pub payload: PayloadMetrics,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -137,10 +139,12 @@ impl Metrics {
             rate_limit_messages: Gauge::default(),
             rate_limit_bytes: Gauge::default(),
             held: HeldMetrics::default(),
+            payload: PayloadMetrics::default(),
             registry: Registry::default(),
         };
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION") }).set(1);
         m.register(&mut registry);
+        m.payload.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -352,6 +356,7 @@ impl Metrics {
             let counter = self.retries.get_or_create(&SinkLabel { sink: name.clone() });
             counter.inc_by(stats.retries().saturating_sub(counter.get()));
         }
+        self.payload.refresh();
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
@@ -366,6 +371,98 @@ fn age_seconds(sent_ms: i64, now_ms: i64) -> f64 {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// What a reader holds (received, not yet settled) against its bound, and how long messages wait
+/// between their receive and their hand-off to the sinks (the rate limit's wait included).
+pub struct HeldMetrics {
+    pub messages: Gauge,
+    pub bytes: Gauge,
+    pub bound_messages: Gauge,
+    pub bound_bytes: Gauge,
+    wait: Histogram,
+}
+
+impl Default for HeldMetrics {
+    fn default() -> Self {
+        Self {
+            messages: Gauge::default(),
+            bytes: Gauge::default(),
+            bound_messages: Gauge::default(),
+            bound_bytes: Gauge::default(),
+            wait: latency_histogram(),
+        }
+    }
+}
+
+impl HeldMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("held_messages", "Messages received and not yet settled", self.messages.clone());
+        registry.register("held_bytes", "Body bytes of the messages held", self.bytes.clone());
+        registry.register(
+            "held_bound_messages",
+            "Most messages this reader takes in now (pollers wait above it)",
+            self.bound_messages.clone(),
+        );
+        registry.register(
+            "held_bound_bytes",
+            "Most body bytes this reader takes in now (pollers wait above it)",
+            self.bound_bytes.clone(),
+        );
+        registry.register(
+            "delivery_wait_seconds",
+            "Time from a message's receive to its hand-off to the sinks",
+            self.wait.clone(),
+        );
+    }
+
+    /// `messages` messages waited `waited` between their receive and their hand-off.
+    pub fn waited(&self, messages: usize, waited: Duration) {
+        for _ in 0..messages {
+            self.wait.observe(waited.as_secs_f64());
+        }
+    }
+}
+
+/// Object fetching (S3 notifications, Extended Client pointers), copied from the resolver's
+/// `FetchStats` at scrape time as the sinks' retries are, so the fetch path knows no metrics library.
+#[derive(Default)]
+pub struct PayloadMetrics {
+    objects: Counter,
+    bytes: Counter,
+    held_bytes: Gauge,
+    stats: Mutex<Option<Arc<FetchStats>>>,
+}
+
+impl PayloadMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "payload_objects_fetched",
+            "Objects fetched from S3 as payloads",
+            self.objects.clone(),
+        );
+        registry.register("payload_fetched_bytes", "Bytes of objects fetched from S3", self.bytes.clone());
+        registry.register(
+            "payload_held_bytes",
+            "Bytes of fetched objects held now (fetched, not yet answered by every sink)",
+            self.held_bytes.clone(),
+        );
+    }
+
+    /// Export `stats` (the resolver's) from now on.
+    pub fn watch(&self, stats: Arc<FetchStats>) {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
+    }
+
+    fn refresh(&self) {
+        let Some(stats) = self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
+        let objects = stats.objects.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = stats.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        self.objects.inc_by(objects.saturating_sub(self.objects.get()));
+        self.bytes.inc_by(bytes.saturating_sub(self.bytes.get()));
+        let held = stats.held_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        self.held_bytes.set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 }
 
@@ -435,56 +532,5 @@ mod tests {
         assert_eq!(queue_name("https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo"), "orders.fifo");
         assert_eq!(queue_name("http://q/"), "q");
         assert_eq!(queue_name("orders"), "orders");
-    }
-}
-
-/// What a reader holds (received, not yet settled) against its bound, and how long messages wait
-/// between their receive and their hand-off to the sinks (the rate limit's wait included).
-pub struct HeldMetrics {
-    pub messages: Gauge,
-    pub bytes: Gauge,
-    pub bound_messages: Gauge,
-    pub bound_bytes: Gauge,
-    wait: Histogram,
-}
-
-impl Default for HeldMetrics {
-    fn default() -> Self {
-        Self {
-            messages: Gauge::default(),
-            bytes: Gauge::default(),
-            bound_messages: Gauge::default(),
-            bound_bytes: Gauge::default(),
-            wait: latency_histogram(),
-        }
-    }
-}
-
-impl HeldMetrics {
-    fn register(&self, registry: &mut Registry) {
-        registry.register("held_messages", "Messages received and not yet settled", self.messages.clone());
-        registry.register("held_bytes", "Body bytes of the messages held", self.bytes.clone());
-        registry.register(
-            "held_bound_messages",
-            "Most messages this reader takes in now (pollers wait above it)",
-            self.bound_messages.clone(),
-        );
-        registry.register(
-            "held_bound_bytes",
-            "Most body bytes this reader takes in now (pollers wait above it)",
-            self.bound_bytes.clone(),
-        );
-        registry.register(
-            "delivery_wait_seconds",
-            "Time from a message's receive to its hand-off to the sinks",
-            self.wait.clone(),
-        );
-    }
-
-    /// `messages` messages waited `waited` between their receive and their hand-off.
-    pub fn waited(&self, messages: usize, waited: Duration) {
-        for _ in 0..messages {
-            self.wait.observe(waited.as_secs_f64());
-        }
     }
 }

@@ -18,6 +18,7 @@ use crate::config::settings::ReceiveSettings;
 use crate::intake::limiter::Limiter;
 use crate::intake::poller::Poller;
 use crate::intake::poller_count::{Bounds, PollerCount, Window};
+use crate::payload::Resolver;
 use crate::settle::Pipeline;
 use crate::settle::held::Held;
 
@@ -34,6 +35,8 @@ pub struct Crew {
     /// What the reader holds, shared by every poller: no room for a batch means the sinks are the limit.
     pub held: Arc<Held>,
     pub pipeline: Arc<Pipeline>,
+    /// Fetches the payloads S3 notifications and Extended Client pointers name (absent: neither).
+    pub resolver: Option<Arc<Resolver>>,
     pub bounds: Bounds,
 }
 
@@ -107,6 +110,7 @@ impl Crew {
                 limiter: self.limiter.clone(),
                 held: self.held.clone(),
                 pipeline: self.pipeline.clone(),
+                resolver: self.resolver.clone(),
                 retire: token.clone(),
             };
             pollers.spawn(poller.run());

@@ -12,6 +12,7 @@ use super::pollers::Crew;
 use super::{Coordination, Options, epochs};
 use crate::aws::queue::{self, Queue};
 use crate::aws::{SqsClients, load_sdk_config};
+use crate::config::payload::PayloadSettings;
 use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
@@ -19,6 +20,7 @@ use crate::intake::bound::Rule;
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::pacing;
 use crate::intake::poller_count::Bounds;
+use crate::payload::{self, Resolver};
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
@@ -70,6 +72,11 @@ pub async fn start(
     let sinks: Sinks =
         sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
             .map_err(|e| Error::config(e.field, e.message))?;
+    let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
+    let resolver = payload::build(&payload, &sdk).map(Arc::new);
+    if let Some(resolver) = &resolver {
+        metrics.payload.watch(resolver.stats());
+    }
     let mut clients = SqsClients::new(sdk);
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
@@ -116,7 +123,7 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, stop);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, resolver, stop);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -161,6 +168,7 @@ fn spawn_pollers(
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
     limiter: Arc<Limiter>,
+    resolver: Option<Arc<Resolver>>,
     stop: &Stop,
 ) -> JoinSet<()> {
     let batch = settings.receive.max_messages as usize;
@@ -175,6 +183,7 @@ fn spawn_pollers(
             limiter: limiter.clone(),
             held: held.clone(),
             pipeline: pipeline.clone(),
+            resolver: resolver.clone(),
             bounds: Bounds { min: count, max: count * 2, batch, rate: settings.rate.messages_per_second },
         };
         pollers.spawn(crew.run());

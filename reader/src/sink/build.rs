@@ -170,6 +170,7 @@ mod tests {
                 endpoint: None,
                 region: None,
                 message_group_id: None,
+                offload: None,
             }),
             ..sink(name)
         }

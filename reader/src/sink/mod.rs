@@ -36,6 +36,7 @@ mod secret_file;
 pub mod sqs;
 #[cfg(test)]
 mod sqs_batch_tests;
+mod sqs_offload;
 #[cfg(test)]
 mod sqs_tests;
 pub mod stats;

@@ -13,7 +13,8 @@
 //! `<prefix>/<reader>/direct/<incarnation>-<seq>.jsonl` with the sink's own random incarnation.
 //!
 //! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
-//! `groupId`, `attributes` (message attributes) and `body` (the body as text).
+//! `groupId`, `attributes` (message attributes) and `body` (the body as text), or `bodyBase64` for a
+//! body that is not UTF-8.
 
 use serde_json::json;
 
@@ -47,9 +48,10 @@ pub fn new_incarnation(now_ms: u64) -> String {
     format!("{now_ms:012x}-{:08x}", fastrand::u32(..))
 }
 
-/// Append `record` as one JSON line to `out`.
+/// Append `record` as one JSON line to `out`. The body is written straight into `out`, never
+/// into an intermediate JSON value: a fetched object may be tens of MiB.
 pub fn append_line(out: &mut Vec<u8>, record: &Record) {
-    let line = json!({
+    let meta = json!({
         "messageId": record.message_id,
         "queue": &*record.queue_url,
         "epoch": record.epoch,
@@ -57,11 +59,29 @@ pub fn append_line(out: &mut Vec<u8>, record: &Record) {
         "groupId": record.group_id,
         "attributes": record.message_attributes,
         "attributeTypes": record.attribute_types,
-        "body": String::from_utf8_lossy(&record.body),
     });
     // Writing a Value built from strings and numbers into a Vec cannot fail.
-    serde_json::to_writer(&mut *out, &line).unwrap_or_default();
-    out.push(b'\n');
+    serde_json::to_writer(&mut *out, &meta).unwrap_or_default();
+    out.pop(); // the closing brace: the body follows
+    // A body that is not UTF-8 (a fetched binary object) is kept byte for byte, base64 encoded.
+    match std::str::from_utf8(&record.body) {
+        Ok(text) => {
+            out.reserve(text.len() + 16);
+            out.extend_from_slice(br#","body":"#);
+            serde_json::to_writer(&mut *out, text).unwrap_or_default();
+        }
+        Err(_) => {
+            out.reserve(record.body.len().div_ceil(3) * 4 + 20);
+            out.extend_from_slice(br#","bodyBase64":""#);
+            // In pieces of a multiple of 3 bytes (so no padding falls mid-body): the encoded body is
+            // never held a second time beside the line.
+            for piece in record.body.chunks(3 * 64 * 1024) {
+                out.extend_from_slice(aws_smithy_types::base64::encode(piece).as_bytes());
+            }
+            out.push(b'"');
+        }
+    }
+    out.extend_from_slice(b"}\n");
 }
 
 #[cfg(test)]
@@ -103,5 +123,16 @@ mod tests {
         assert_eq!(lines[0]["attributes"]["kind"], "order");
         assert_eq!(lines[1]["groupId"], serde_json::Value::Null);
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn binary_bodies_are_kept_as_base64() {
+        let mut out = Vec::new();
+        let mut r = record("id-1");
+        r.body = bytes::Bytes::from_static(&[0xff, 0x00, 0x61]);
+        append_line(&mut out, &r);
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["bodyBase64"], "/wBh");
+        assert!(line.get("body").is_none());
     }
 }

@@ -1,6 +1,6 @@
 //! The `sqs` sink: forward records to another queue with SendMessageBatch.
 //!
-//! Why batches of at most 10 and 256 KiB: those are SendMessageBatch's limits, and one batch per
+//! Why batches of at most 10 and 1 MiB: those are SendMessageBatch's limits, and one batch per
 //! 10 records is what makes forwarding cheap (SQS bills per request). A batch answers per entry,
 //! so only the failed entries are retried: entries the service blames on the sender are
 //! `Rejected` (dead-lettered), the rest retried per policy and then `Failed`.
@@ -30,6 +30,7 @@ use sluice_crds::SqsSinkSpec;
 use super::aws_error::{self, AwsFailure, service_failure};
 use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, RetryPolicy};
+use super::sqs_offload::Offload;
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
@@ -37,7 +38,7 @@ use crate::record::Record;
 
 /// SendMessageBatch limits.
 pub const MAX_BATCH_ENTRIES: usize = 10;
-pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 
 pub struct SqsSink {
@@ -48,6 +49,8 @@ pub struct SqsSink {
     fifo: Option<FifoGroup>,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
+    /// `sqs.offload`: large bodies go to S3, the message carries a pointer.
+    offload: Option<Offload>,
 }
 
 impl SqsSink {
@@ -69,7 +72,14 @@ impl SqsSink {
             config = config.region(Region::new(region.clone()));
         }
         let client = Client::from_conf(config.build());
-        Ok(Self::with_client(name, client, &spec.queue_url, spec.message_group_id.as_deref(), policy))
+        let offload = match &spec.offload {
+            Some(offload) => {
+                Some(Offload::new(offload, spec.endpoint.as_deref(), spec.region.as_deref(), aws)?)
+            }
+            None => None,
+        };
+        let sink = Self::with_client(name, client, &spec.queue_url, spec.message_group_id.as_deref(), policy);
+        Ok(Self { offload, ..sink })
     }
 
     /// `group` is `sqs.messageGroupId` (FIFO targets only).
@@ -91,6 +101,7 @@ impl SqsSink {
             fifo,
             policy,
             stats: Arc::default(),
+            offload: None,
         }
     }
 
@@ -98,8 +109,16 @@ impl SqsSink {
     async fn send_batch(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; records.len()];
         let mut pending = Vec::with_capacity(records.len());
-        for (i, record) in records.iter().enumerate() {
-            match entry(&i.to_string(), record, self.fifo.as_ref()) {
+        let sent = join_all(records.iter().map(|r| self.offloaded(r))).await;
+        for (i, record) in sent.into_iter().enumerate() {
+            let record = match record {
+                Ok(record) => record,
+                Err(reason) => {
+                    outcomes[i] = Some(Outcome::Failed { reason });
+                    continue;
+                }
+            };
+            match entry(&i.to_string(), &record, self.fifo.as_ref()) {
                 Ok(entry) => pending.push((i, entry)),
                 Err(reason) => outcomes[i] = Some(Outcome::Rejected { reason }),
             }
@@ -130,6 +149,14 @@ impl SqsSink {
         let unanswered =
             || Outcome::Failed { reason: "SendMessageBatch returned no result for the entry".into() };
         outcomes.into_iter().map(|o| o.unwrap_or_else(unanswered)).collect()
+    }
+
+    /// The record as it is sent: offloaded to S3 when `sqs.offload` is set and it is over the threshold.
+    async fn offloaded(&self, record: &Arc<Record>) -> Result<Arc<Record>, String> {
+        match &self.offload {
+            Some(offload) if entry_size(record) > offload.threshold => offload.offload(record).await,
+            _ => Ok(record.clone()),
+        }
     }
 
     /// One SendMessageBatch of the `pending` entries. Settles what it can in `outcomes` and
@@ -357,7 +384,7 @@ mod tests {
     #[test]
     fn batches_stay_under_the_size_limit() {
         let records =
-            vec![sized(100 * 1024), sized(100 * 1024), sized(100 * 1024), sized(300 * 1024), sized(1)];
+            vec![sized(400 * 1024), sized(400 * 1024), sized(400 * 1024), sized(1200 * 1024), sized(1)];
         assert_eq!(batches(&records), vec![0..2, 2..3, 3..4, 4..5]);
     }
 

@@ -30,8 +30,13 @@ async fn queue(client: &Client, fifo: bool) -> String {
 }
 
 fn sink(aws: &aws_config::SdkConfig, queue_url: &str) -> SqsSink {
-    let spec =
-        SqsSinkSpec { queue_url: queue_url.into(), endpoint: None, region: None, message_group_id: None };
+    let spec = SqsSinkSpec {
+        queue_url: queue_url.into(),
+        endpoint: None,
+        region: None,
+        message_group_id: None,
+        offload: None,
+    };
     let retry = RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
     SqsSink::new("forward", &spec, aws, RetryPolicy::from_spec(&retry)).unwrap()
 }

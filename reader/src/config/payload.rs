@@ -1,0 +1,80 @@
+//! `spec.payload`'s fetch settings, checked: the bounds on object fetching and where objects are
+//! read from.
+//!
+//! Why checked here and not left to the CRD: a reader also runs from a file without the API
+//! server's validation, and a byte budget smaller than the largest object would stall the first
+//! large object forever.
+
+use sluice_crds::{PayloadFormat, PayloadSpec};
+
+use crate::payload::Bounds;
+use crate::process::error::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayloadSettings {
+    pub format: PayloadFormat,
+    /// Resolve Extended Client pointers.
+    pub pointers: bool,
+    pub bounds: Bounds,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// `s3.buckets`: the only buckets objects are fetched from (empty: any).
+    pub buckets: Vec<String>,
+}
+
+impl PayloadSettings {
+    pub fn from_spec(spec: &PayloadSpec) -> Result<Self> {
+        if !(1..=256).contains(&spec.max_concurrent_fetches) {
+            return Err(Error::config("spec.payload.maxConcurrentFetches", "must be 1-256"));
+        }
+        if spec.max_bytes_in_flight < spec.max_object_bytes {
+            return Err(Error::config(
+                "spec.payload.maxBytesInFlight",
+                format!(
+                    "is {} but must be at least maxObjectBytes ({}), or the largest object could never be fetched: raise it or lower maxObjectBytes",
+                    spec.max_bytes_in_flight, spec.max_object_bytes
+                ),
+            ));
+        }
+        let endpoint = spec.s3.as_ref().and_then(|s| s.endpoint.clone());
+        if let Some(endpoint) = &endpoint {
+            let ok = reqwest::Url::parse(endpoint).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+            if !ok {
+                return Err(Error::config(
+                    "spec.payload.s3.endpoint",
+                    format!("{endpoint} is not an http(s) URL, e.g. http://127.0.0.1:4566"),
+                ));
+            }
+        }
+        Ok(Self {
+            format: spec.format,
+            pointers: spec.extended_client.resolve,
+            bounds: Bounds {
+                max_object_bytes: spec.max_object_bytes,
+                max_concurrent_fetches: spec.max_concurrent_fetches as usize,
+                max_bytes_in_flight: spec.max_bytes_in_flight,
+            },
+            endpoint,
+            region: spec.s3.as_ref().and_then(|s| s.region.clone()),
+            buckets: spec.s3.as_ref().map(|s| s.buckets.clone()).unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_bounds_name_their_field() {
+        let settings = PayloadSettings::from_spec(&PayloadSpec::default()).unwrap();
+        assert!(settings.pointers);
+        assert_eq!(settings.bounds.max_object_bytes, 64 * 1024 * 1024);
+        let small_budget = PayloadSpec { max_bytes_in_flight: 1, ..PayloadSpec::default() };
+        let err = PayloadSettings::from_spec(&small_budget).unwrap_err().to_string();
+        assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
+        let zero = PayloadSpec { max_concurrent_fetches: 0, ..PayloadSpec::default() };
+        let err = PayloadSettings::from_spec(&zero).unwrap_err().to_string();
+        assert!(err.contains("spec.payload.maxConcurrentFetches"), "{err}");
+    }
+}

@@ -1,0 +1,182 @@
+//! Fetching an object from S3 within the reader's bounds: at most `maxConcurrentFetches` GetObject
+//! calls at once, at most `maxBytesInFlight` bytes of fetched objects held at once, no object over
+//! `maxObjectBytes`.
+//!
+//! Why the byte budget travels with the body: an object is held from its fetch until every sink
+//! has answered for it, so the permit for its bytes is owned by the body itself
+//! (`Bytes::from_owner`) and comes back when the last copy of the record is dropped, wherever that
+//! happens. The budget is counted in KiB because a semaphore counts in u32.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use bytes::Bytes;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::aws::describe;
+use crate::process::backoff::backoff;
+
+/// Attempts of one fetch before the message is released to be tried again later.
+const ATTEMPTS: usize = 4;
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
+/// Service answers that no retry changes: the object or bucket is gone, or the reader may not read it.
+const PERMANENT_CODES: &[&str] = &[
+    "NoSuchKey",
+    "NoSuchBucket",
+    "NoSuchVersion",
+    "AccessDenied",
+    "InvalidObjectState",
+    "NotFound",
+    "Forbidden",
+];
+
+/// The bounds of one reader's fetching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_object_bytes: u64,
+    pub max_concurrent_fetches: usize,
+    pub max_bytes_in_flight: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum FetchError {
+    /// Missing, denied or too large: the message goes to the dead-letter sink with this reason.
+    Permanent(String),
+    /// Still failing after the retries: the message goes back to the queue for later.
+    Transient(String),
+}
+
+pub struct Fetcher {
+    client: Client,
+    bounds: Bounds,
+    fetches: Arc<Semaphore>,
+    /// KiB of fetched bodies alive.
+    budget: Arc<Semaphore>,
+    pub(super) stats: Arc<super::FetchStats>,
+}
+
+/// A fetched body and the budget it holds.
+struct Held {
+    data: Vec<u8>,
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<super::FetchStats>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.stats.held_bytes.fetch_sub(self.data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+impl Fetcher {
+    pub fn new(client: Client, bounds: Bounds) -> Self {
+        let fetches = Arc::new(Semaphore::new(bounds.max_concurrent_fetches.max(1)));
+        let budget = Arc::new(Semaphore::new(kib(bounds.max_bytes_in_flight) as usize));
+        Self { client, bounds, fetches, budget, stats: Arc::default() }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The object's bytes, retrying transient failures a few times with backoff.
+    pub async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+        let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
+        let mut attempt = 1;
+        loop {
+            match self.fetch_once(bucket, key, version).await {
+                Err(FetchError::Transient(reason)) if attempt < ATTEMPTS => {
+                    tracing::debug!(bucket, key, %reason, attempt, "object fetch failed; retrying");
+                    tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
+                    attempt += 1;
+                }
+                Err(FetchError::Transient(reason)) => {
+                    return Err(FetchError::Transient(format!(
+                        "{reason} (gave up after {attempt} attempts)"
+                    )));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn fetch_once(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+        let at = format!("s3://{bucket}/{key}");
+        let _slot =
+            self.fetches.acquire().await.map_err(|_| FetchError::Transient("reader stopping".into()))?;
+        let answer = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+            .send();
+        let mut output = answer.await.map_err(|e| classify(&at, &e))?;
+        let size = u64::try_from(output.content_length.unwrap_or(0)).unwrap_or(0);
+        if size > self.bounds.max_object_bytes {
+            return Err(FetchError::Permanent(format!(
+                "{at} is {size} bytes, over spec.payload.maxObjectBytes ({}): raise the limit or keep such objects out of the notification",
+                self.bounds.max_object_bytes
+            )));
+        }
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(kib(size))
+            .await
+            .map_err(|_| FetchError::Transient("reader stopping".into()))?;
+        let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        while let Some(chunk) = output.body.next().await {
+            let chunk = chunk.map_err(|e| FetchError::Transient(format!("reading {at} failed: {e}")))?;
+            if (data.len() + chunk.len()) as u64 > size.max(self.bounds.max_object_bytes) {
+                return Err(FetchError::Permanent(format!(
+                    "{at} is longer than spec.payload.maxObjectBytes ({})",
+                    self.bounds.max_object_bytes
+                )));
+            }
+            data.extend_from_slice(&chunk);
+        }
+        self.stats.fetched(data.len() as u64);
+        Ok(Bytes::from_owner(Held { data, _permit: permit, stats: self.stats.clone() }))
+    }
+}
+
+fn classify(at: &str, error: &SdkError<GetObjectError>) -> FetchError {
+    let status = error.raw_response().map(|r| r.status().as_u16());
+    let text = describe(error);
+    match (error.code(), status) {
+        (Some(code), _) if PERMANENT_CODES.contains(&code) => {
+            FetchError::Permanent(permanent_reason(at, code, &text))
+        }
+        (_, Some(404)) => FetchError::Permanent(permanent_reason(at, "NotFound", &text)),
+        (_, Some(403)) => FetchError::Permanent(permanent_reason(at, "AccessDenied", &text)),
+        _ => FetchError::Transient(format!("GetObject {at} failed: {text}")),
+    }
+}
+
+/// One line: what failed, on which object, the AWS code, what to do.
+fn permanent_reason(at: &str, code: &str, text: &str) -> String {
+    let advice = match code {
+        "AccessDenied" | "Forbidden" => {
+            "grant the reader's identity s3:GetObject (and s3:GetObjectVersion) on the bucket"
+        }
+        "NoSuchBucket" => "the bucket does not exist",
+        _ => "the object is gone (deleted after the event was sent?)",
+    };
+    format!("GetObject {at} answered {code} ({text}): {advice}")
+}

@@ -1,0 +1,693 @@
+//! Payloads that live in S3, end to end against LocalStack: S3 event notifications configured on
+//! a real bucket (objects uploaded with boto3), and the Amazon SQS Extended Client for Python
+//! sending and reading large messages. The reader runs as its own process (`sluice-reader`), as
+//! in a pod.
+//!
+//! Why a receiver of its own here rather than `sluice_tests::sinkserver`: it must take 50 MiB
+//! bodies (axum's default limit is 2 MB) and keep the `ce-sluices3*` extension headers, and it
+//! keeps only each body's SHA-256, not the body.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use aws_sdk_s3::types::{Event, NotificationConfiguration, QueueConfiguration};
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
+use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
+use sluice_tests::system::aws_test_env;
+
+const MIB: usize = 1024 * 1024;
+/// The reader's peak RSS (VmHWM) while a 50 MiB object passes to an http and an s3 sink. The
+/// body is held once (fetched), the s3 sink's line holds it again base64 encoded (4/3), plus the
+/// reader's own footprint: about 2.4 times the object.
+const PEAK_RSS_BOUND_MIB: u64 = 256;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root").to_owned()
+}
+
+fn reader_bin() -> PathBuf {
+    sluice_tests::system::bin_dir().join("sluice-reader")
+}
+
+fn sha(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_name(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", fastrand::u64(..))
+}
+
+/// Runs tests/scripts/s3_payloads.py with the pinned Python peers (installed on first use).
+fn py(endpoint: &str, args: &[&str]) -> Result<serde_json::Value> {
+    let setup = Command::new(repo_root().join("tests/scripts/pyclients.sh"))
+        .output()
+        .context("running tests/scripts/pyclients.sh")?;
+    ensure!(setup.status.success(), "pyclients.sh failed: {}", String::from_utf8_lossy(&setup.stderr));
+    let python = String::from_utf8(setup.stdout)?.trim().to_owned();
+    let out = Command::new(python)
+        .arg(repo_root().join("tests/scripts/s3_payloads.py"))
+        .args(args)
+        .envs(aws_test_env())
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .output()?;
+    ensure!(out.status.success(), "s3_payloads.py {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// One accepted POST: its headers of interest and its body's digest.
+#[derive(Clone, Debug)]
+struct Seen {
+    id: String,
+    headers: BTreeMap<String, String>,
+    sha: String,
+    len: usize,
+    at: Instant,
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Receiver {
+    async fn start() -> Result<(Self, String)> {
+        let receiver = Self::default();
+        let app =
+            Router::new().fallback(accept).layer(DefaultBodyLimit::disable()).with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/events", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok((receiver, url))
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    async fn wait_for(&self, distinct: usize, timeout: Duration) -> Result<Vec<Seen>> {
+        let started = Instant::now();
+        loop {
+            let seen = self.seen();
+            let ids: std::collections::BTreeSet<&str> = seen.iter().map(|s| s.id.as_str()).collect();
+            if ids.len() >= distinct {
+                return Ok(seen);
+            }
+            if started.elapsed() > timeout {
+                bail!(
+                    "the http sink saw {} distinct events within {timeout:?}, expected {distinct}",
+                    ids.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn accept(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let headers: BTreeMap<String, String> = headers
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("ce-"))
+        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let id = headers.get("ce-id").cloned().unwrap_or_default();
+    let seen = Seen { id, headers, sha: sha(&body), len: body.len(), at: Instant::now() };
+    receiver.seen.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
+    StatusCode::OK
+}
+
+/// A `sluice-reader` process we started, stopped with SIGTERM when dropped.
+struct Reader {
+    child: Child,
+}
+
+impl Reader {
+    fn start(dir: &Path, yaml: &str) -> Result<Self> {
+        let source = dir.join("source.yaml");
+        std::fs::write(&source, yaml)?;
+        let log = std::fs::File::create(dir.join("reader.log"))?;
+        let child = Command::new(reader_bin())
+            .arg("--source")
+            .arg(&source)
+            .args(["--admin-addr", "127.0.0.1:0", "--shutdown-deadline-seconds", "5"])
+            .envs(aws_test_env())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting sluice-reader (cargo build -p sluice-reader first)")?;
+        Ok(Self { child })
+    }
+
+    /// VmHWM: the most resident memory the process has had.
+    fn peak_rss_mib(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmHWM in /proc/PID/status")?;
+        Ok(kib / 1024)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(15) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `queue` holds nothing, visible or in flight.
+async fn wait_empty(queue: &TestQueue, timeout: Duration) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let counts = queue.approximate_counts().await?;
+        if counts.total() == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            bail!("{} still holds {counts:?} after {timeout:?}", queue.name);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every JSON line the s3 sink wrote under `bucket`, once the number of lines reaches `lines`.
+async fn s3_sink_lines(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    lines: usize,
+) -> Result<Vec<serde_json::Value>> {
+    let started = Instant::now();
+    loop {
+        let mut found = Vec::new();
+        let listing = s3.list_objects_v2().bucket(bucket).send().await?;
+        for object in listing.contents() {
+            let body = s3.get_object().bucket(bucket).key(object.key().unwrap_or_default()).send().await?;
+            let bytes = body.body.collect().await?.into_bytes();
+            for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                found.push(serde_json::from_slice(line)?);
+            }
+        }
+        if found.len() >= lines || started.elapsed() > Duration::from_secs(60) {
+            return Ok(found);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A line's body bytes (`body` text or `bodyBase64`).
+fn line_body(line: &serde_json::Value) -> Result<Vec<u8>> {
+    if let Some(text) = line["body"].as_str() {
+        return Ok(text.as_bytes().to_vec());
+    }
+    let encoded = line["bodyBase64"].as_str().context("a line with neither body nor bodyBase64")?;
+    Ok(aws_smithy_types::base64::decode(encoded)?)
+}
+
+/// Deterministic bytes that are not UTF-8 (so the s3 sink's base64 path is the one tested).
+fn object_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut bytes = vec![0u8; len];
+    rng.fill(&mut bytes);
+    if let Some(first) = bytes.first_mut() {
+        *first = 0xff;
+    }
+    bytes
+}
+
+struct Notified {
+    bucket: String,
+    queue: TestQueue,
+}
+
+/// A bucket whose create and remove events go to a fresh queue (S3 sends its TestEvent first).
+async fn notified_bucket(endpoint: &str, prefix: &str) -> Result<Notified> {
+    let (sqs, s3) = (sqs_client(endpoint), s3_client(endpoint));
+    let queue = TestQueue::create(&sqs, prefix, false).await?;
+    let bucket = random_name(prefix);
+    s3.create_bucket().bucket(&bucket).send().await?;
+    let config = QueueConfiguration::builder()
+        .queue_arn(queue.arn().await?)
+        .events(Event::from("s3:ObjectCreated:*"))
+        .events(Event::from("s3:ObjectRemoved:*"))
+        .build()?;
+    s3.put_bucket_notification_configuration()
+        .bucket(&bucket)
+        .notification_configuration(NotificationConfiguration::builder().queue_configurations(config).build())
+        .send()
+        .await?;
+    Ok(Notified { bucket, queue })
+}
+
+/// The start of an SqsSource reading `queue_url`, down to `receive.waitTimeSeconds`.
+fn source_head(name: &str, queue_url: &str, endpoint: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {queue_url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n"
+    )
+}
+
+fn notification_source(
+    name: &str,
+    queue: &TestQueue,
+    endpoint: &str,
+    http: &str,
+    out_bucket: &str,
+    dlq: &TestQueue,
+    exactly_once: bool,
+) -> String {
+    let delivery = if exactly_once {
+        "  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"{head}    visibilityTimeoutSeconds: 30
+  payload:
+    format: s3Notification
+    s3:
+      endpoint: {endpoint}
+{delivery}  sinks:
+    - name: webhook
+      http:
+        url: {http}
+        timeoutMs: 60000
+    - name: archive
+      s3:
+        bucket: {out_bucket}
+        endpoint: {endpoint}
+  deadLetterSink:
+    name: unreadable
+    sqs:
+      queueUrl: {dlq_url}
+      endpoint: {endpoint}
+"#,
+        head = source_head(name, &queue.url, endpoint),
+        dlq_url = dlq.url,
+    )
+}
+
+/// Uploads `objects` with boto3 into a notified bucket while a reader runs, and checks each
+/// arrives byte-identical, once, at both sinks; an object deleted before the reader fetches it
+/// goes to the dead-letter queue with its reason, its removal event is delivered as metadata,
+/// and the TestEvent is deleted without delivery. Answers the reader's peak RSS in MiB.
+async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u64> {
+    let endpoint = LocalStack::ensure().await?;
+    let (sqs, s3) = (sqs_client(&endpoint), s3_client(&endpoint));
+    let Notified { bucket, queue } = notified_bucket(&endpoint, "s3n").await?;
+    let dlq = TestQueue::create(&sqs, "s3n-dlq", false).await?;
+    let out_bucket = random_name("s3n-out");
+    s3.create_bucket().bucket(&out_bucket).send().await?;
+    let dir = tempfile::tempdir()?;
+
+    // Deleted before any reader runs: its create event names an object that is gone.
+    let gone = "gone + deleted é.bin";
+    let gone_file = dir.path().join("gone");
+    std::fs::write(&gone_file, b"short-lived")?;
+    py(&endpoint, &["upload", &bucket, gone, gone_file.to_str().unwrap_or_default()])?;
+    py(&endpoint, &["delete", &bucket, gone])?;
+
+    let keys = ["empty file.bin", "plus+sign 1k.bin", "ünïcødé dir/fünf+mib.bin", "big 50 MiB+ü.bin"];
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    let mut upload = vec!["upload".to_owned(), bucket.clone()];
+    for (i, (&size, key)) in sizes.iter().zip(keys).enumerate() {
+        let bytes = object_bytes(size, i as u64 + 1);
+        let path = dir.path().join(format!("object-{i}"));
+        std::fs::write(&path, &bytes)?;
+        expected.insert(key.to_owned(), sha(&bytes));
+        upload.push(key.to_owned());
+        upload.push(path.to_string_lossy().into_owned());
+    }
+
+    let (receiver, http) = Receiver::start().await?;
+    let yaml = notification_source("payloads", &queue, &endpoint, &http, &out_bucket, &dlq, exactly_once);
+    let reader = Reader::start(dir.path(), &yaml)?;
+    let args: Vec<&str> = upload.iter().map(String::as_str).collect();
+    py(&endpoint, &args)?;
+
+    // Every object, plus the removal of the deleted one (its create event is dead-lettered).
+    let want = expected.len() + 1;
+    let seen = receiver.wait_for(want, Duration::from_secs(240)).await?;
+    wait_empty(&queue, Duration::from_secs(60)).await?;
+    let peak = reader.peak_rss_mib()?;
+    let seen_after = receiver.seen();
+    ensure!(
+        seen_after.len() == want,
+        "http sink: {} requests for {want} events: {seen_after:#?}",
+        seen_after.len()
+    );
+
+    let mut delivered: BTreeMap<String, String> = BTreeMap::new();
+    for event in &seen {
+        let key = event.headers.get("ce-sluices3key").context("an event without ce-sluices3key")?;
+        let key = percent_decode(key);
+        let name = event.headers.get("ce-sluices3eventname").cloned().unwrap_or_default();
+        if name.starts_with("ObjectRemoved") {
+            ensure!(key == gone && event.len == 0, "removal of {key}: {} bytes", event.len);
+            continue;
+        }
+        ensure!(event.headers.contains_key("ce-sluices3etag"), "no ETag header for {key}");
+        delivered.insert(key, event.sha.clone());
+    }
+    ensure!(
+        delivered == expected,
+        "http sink bodies by key (sha256):\n{delivered:#?}\nexpected\n{expected:#?}"
+    );
+
+    let lines = s3_sink_lines(&s3, &out_bucket, want).await?;
+    let mut archived: BTreeMap<String, String> = BTreeMap::new();
+    for line in &lines {
+        let key = line["attributes"]["sluice-s3key"].as_str().context("a line without sluice-s3key")?;
+        if line["attributes"]["sluice-s3eventname"].as_str().unwrap_or_default().starts_with("ObjectRemoved")
+        {
+            continue;
+        }
+        ensure!(archived.insert(key.to_owned(), sha(&line_body(line)?)).is_none(), "{key} archived twice");
+    }
+    ensure!(archived == expected, "s3 sink bodies by key (sha256):\n{archived:#?}\nexpected\n{expected:#?}");
+
+    let dead = dlq.receive(Duration::from_secs(5)).await?;
+    ensure!(
+        dead.len() == 1,
+        "dead-letter queue holds {} messages, expected the deleted object's",
+        dead.len()
+    );
+    let attributes = dead[0].message_attributes().context("a dead letter without attributes")?;
+    let text =
+        |name: &str| attributes.get(name).and_then(|a| a.string_value()).unwrap_or_default().to_owned();
+    ensure!(text("sluice-s3key") == gone, "dead letter names {:?}", text("sluice-s3key"));
+    let reason = text("sluice-dlq-reason");
+    ensure!(reason.contains("NoSuchKey"), "dead-letter reason: {reason}");
+    println!("dead-letter reason: {reason}");
+    println!(
+        "{} objects ({} bytes in all) delivered once each to http and s3 (exactlyOnce: {exactly_once}); reader peak RSS {peak} MiB",
+        expected.len(),
+        sizes.iter().sum::<usize>()
+    );
+    drop(reader);
+    queue.delete().await?;
+    dlq.delete().await?;
+    Ok(peak)
+}
+
+/// `ce-` header values percent-encode space, `"`, `%` and non-ASCII (CloudEvents HTTP binding).
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notified_objects_up_to_50_mib_arrive_byte_identical_at_least_once() -> Result<()> {
+    let peak = objects_arrive_intact(&[0, 1024, 5 * MIB, 50 * MIB], false).await?;
+    ensure!(peak < PEAK_RSS_BOUND_MIB, "reader peak RSS {peak} MiB, bound {PEAK_RSS_BOUND_MIB} MiB");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notified_objects_arrive_byte_identical_exactly_once() -> Result<()> {
+    objects_arrive_intact(&[0, 1024, 5 * MIB], true).await?;
+    Ok(())
+}
+
+/// Bodies of text the Python client can send (it sends strings).
+fn text_body(len: usize, seed: u64) -> String {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.alphanumeric()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_client_messages_are_delivered_as_payloads_and_offloads_read_back() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let (sqs, s3) = (sqs_client(&endpoint), s3_client(&endpoint));
+    let source = TestQueue::create(&sqs, "xc-src", false).await?;
+    let forward = TestQueue::create(&sqs, "xc-out", false).await?;
+    let bucket = random_name("xc");
+    s3.create_bucket().bucket(&bucket).send().await?;
+    let dir = tempfile::tempdir()?;
+    let bodies = [text_body(300 * 1024, 7), text_body(3 * MIB, 8)];
+    let mut files = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let path = dir.path().join(format!("body-{i}"));
+        std::fs::write(&path, body)?;
+        files.push(path.to_string_lossy().into_owned());
+    }
+    let mut args = vec!["xsend", source.url.as_str(), bucket.as_str()];
+    args.extend(files.iter().map(String::as_str));
+    py(&endpoint, &args)?;
+
+    let (receiver, http) = Receiver::start().await?;
+    let yaml = format!(
+        r#"{head}  payload:
+    s3:
+      endpoint: {endpoint}
+  sinks:
+    - name: webhook
+      http:
+        url: {http}
+    - name: forward
+      sqs:
+        queueUrl: {out}
+        endpoint: {endpoint}
+        offload:
+          bucket: {bucket}
+"#,
+        head = source_head("extended", &source.url, &endpoint),
+        out = forward.url,
+    );
+    let reader = Reader::start(dir.path(), &yaml)?;
+    let seen = receiver.wait_for(2, Duration::from_secs(120)).await?;
+    let mut got: Vec<String> = seen.iter().map(|s| s.sha.clone()).collect();
+    let mut want: Vec<String> = bodies.iter().map(|b| sha(b.as_bytes())).collect();
+    got.sort();
+    want.sort();
+    ensure!(got == want, "http sink got {seen:#?}");
+    ensure!(
+        seen.iter().all(|s| !s.headers.contains_key("ce-sqsextendedpayloadsize")),
+        "the size attribute is the pointer's, not the payload's: {seen:#?}"
+    );
+    wait_empty(&source, Duration::from_secs(60)).await?;
+
+    let out = tempfile::tempdir()?;
+    let read = py(&endpoint, &["xreceive", &forward.url, "2", out.path().to_str().unwrap_or_default()])?;
+    ensure!(read["received"] == 2, "the extended client read {read}");
+    let mut read_back: Vec<String> = (0..2)
+        .map(|i| std::fs::read(out.path().join(i.to_string())).map(|b| sha(&b)))
+        .collect::<Result<_, _>>()?;
+    read_back.sort();
+    ensure!(read_back == want, "the extended client read back other bodies");
+    println!("extended client: 300 KiB and 3 MiB delivered as payloads; both offloads read back intact");
+    drop(reader);
+    source.delete().await?;
+    forward.delete().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_messages_pass_every_sink_and_the_dead_letter_route_unchanged() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let (sqs, s3) = (sqs_client(&endpoint), s3_client(&endpoint));
+    let source = TestQueue::create(&sqs, "mib-src", false).await?;
+    let forward = TestQueue::create(&sqs, "mib-out", false).await?;
+    let dlq = TestQueue::create(&sqs, "mib-dlq", false).await?;
+    let bucket = random_name("mib");
+    s3.create_bucket().bucket(&bucket).send().await?;
+    // SQS's limit is 1 MiB for body and attributes together; the dead-letter route adds three
+    // attributes of its own, so the body leaves them room.
+    let body = text_body(MIB - 2048, 9);
+    let poison = format!("not json {}", text_body(MIB - 2048 - 9, 10));
+    let valid = format!("\"{}\"", &body[..body.len() - 2]);
+    for text in [&valid, &poison] {
+        sqs.send_message().queue_url(&source.url).message_body(text.as_str()).send().await?;
+    }
+    let (receiver, http) = Receiver::start().await?;
+    let yaml = format!(
+        r#"{head}  payload:
+    format: json
+  sinks:
+    - name: webhook
+      http:
+        url: {http}
+    - name: forward
+      sqs:
+        queueUrl: {out}
+        endpoint: {endpoint}
+    - name: archive
+      s3:
+        bucket: {bucket}
+        endpoint: {endpoint}
+    - name: stderr
+      log: {{}}
+  deadLetterSink:
+    name: poison
+    sqs:
+      queueUrl: {dlq_url}
+      endpoint: {endpoint}
+"#,
+        head = source_head("onemib", &source.url, &endpoint),
+        out = forward.url,
+        dlq_url = dlq.url,
+    );
+    let dir = tempfile::tempdir()?;
+    let reader = Reader::start(dir.path(), &yaml)?;
+    let seen = receiver.wait_for(1, Duration::from_secs(60)).await?;
+    wait_empty(&source, Duration::from_secs(60)).await?;
+    let want = sha(valid.as_bytes());
+    ensure!(seen.len() == 1 && seen[0].sha == want, "http sink: {seen:#?}");
+    let forwarded = forward.receive(Duration::from_secs(5)).await?;
+    ensure!(
+        forwarded.len() == 1 && forwarded[0].body() == Some(valid.as_str()),
+        "sqs sink forwarded {} messages, or another body",
+        forwarded.len()
+    );
+    let lines = s3_sink_lines(&s3, &bucket, 1).await?;
+    ensure!(lines.len() == 1 && sha(&line_body(&lines[0])?) == want, "s3 sink lines: {}", lines.len());
+    let dead = dlq.receive(Duration::from_secs(5)).await?;
+    ensure!(
+        dead.len() == 1 && dead[0].body() == Some(poison.as_str()),
+        "dead-letter queue: {} messages, or another body",
+        dead.len()
+    );
+    println!(
+        "a {} byte message reached http, sqs, s3 and log unchanged; a {} byte poison message the dead-letter queue",
+        valid.len(),
+        poison.len()
+    );
+    drop(reader);
+    for queue in [source, forward, dlq] {
+        queue.delete().await?;
+    }
+    Ok(())
+}
+
+/// Objects and bytes per second for `objects` objects of 1 MiB: the reader (S3 notifications
+/// fetched, POSTed to an http sink) next to a plain boto3 loop doing GetObject + POST to the same
+/// kind of receiver, side by side, `ROUNDS` rounds, medians printed. A benchmark, not a check:
+/// `cargo nextest run -p sluice-tests --test e2e_s3_payloads --run-ignored only --no-capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: prints figures for BENCHMARKS.md"]
+async fn bench_fetch_throughput_next_to_boto3() -> Result<()> {
+    const OBJECTS: usize = 100;
+    const ROUNDS: usize = 3;
+    let endpoint = LocalStack::ensure().await?;
+    let dir = tempfile::tempdir()?;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for round in 0..ROUNDS {
+        let Notified { bucket, queue } = notified_bucket(&endpoint, "bench").await?;
+        let mut upload = vec!["upload".to_owned(), bucket.clone()];
+        for i in 0..OBJECTS {
+            let path = dir.path().join(format!("bench-{i}"));
+            if round == 0 {
+                std::fs::write(&path, object_bytes(MIB, 100 + i as u64))?;
+            }
+            upload.push(format!("bench/{i}"));
+            upload.push(path.to_string_lossy().into_owned());
+        }
+        let args: Vec<&str> = upload.iter().map(String::as_str).collect();
+        py(&endpoint, &args)?;
+
+        // boto3: GetObject + POST, one object after the other, as a plain consumer loop does.
+        let (baseline_sink, baseline_url) = Receiver::start().await?;
+        let count = OBJECTS.to_string();
+        let plain = py(&endpoint, &["baseline", &bucket, "bench/", &count, &baseline_url])?;
+        let seconds = plain["seconds"].as_f64().context("baseline seconds")?;
+        ensure!(
+            baseline_sink.seen().len() == OBJECTS,
+            "the baseline delivered {}",
+            baseline_sink.seen().len()
+        );
+        theirs.push(seconds);
+
+        // The reader: from its start to the last object at the sink (start-up included).
+        let (sink, http) = Receiver::start().await?;
+        let dlq = TestQueue::create(&sqs_client(&endpoint), "bench-dlq", false).await?;
+        let yaml = strip_archive(&notification_source("bench", &queue, &endpoint, &http, "-", &dlq, false));
+        let started = Instant::now();
+        let reader = Reader::start(dir.path(), &yaml)?;
+        let seen = sink.wait_for(OBJECTS, Duration::from_secs(300)).await?;
+        let last = seen.iter().map(|s| s.at).max().context("no deliveries")?;
+        ours.push(last.duration_since(started).as_secs_f64());
+        let cpu = reader_cpu_seconds(&reader)?;
+        drop(reader);
+        println!(
+            "round {round}: sluice-reader {:.2} s ({cpu:.2} CPU-s), boto3 loop {seconds:.2} s for {OBJECTS} x 1 MiB",
+            ours[round]
+        );
+        queue.delete().await?;
+        dlq.delete().await?;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ours, theirs) = (median(&mut ours), median(&mut theirs));
+    let rate = |s: f64| (OBJECTS as f64 / s, OBJECTS as f64 / s);
+    let ((o_objs, o_mib), (t_objs, t_mib)) = (rate(ours), rate(theirs));
+    println!(
+        "median of {ROUNDS}: sluice-reader {o_objs:.1} objects/s ({o_mib:.1} MiB/s); boto3 GetObject+POST loop {t_objs:.1} objects/s ({t_mib:.1} MiB/s); ratio {:.2}",
+        theirs / ours
+    );
+    Ok(())
+}
+
+/// The notification source without its s3 sink: the benchmark measures fetching and the http sink.
+fn strip_archive(yaml: &str) -> String {
+    let mut out = Vec::new();
+    let mut skipping = false;
+    for line in yaml.lines() {
+        if line.starts_with("    - name: archive") {
+            skipping = true;
+            continue;
+        }
+        if skipping && (line.starts_with("    - ") || !line.starts_with("      ")) {
+            skipping = false;
+        }
+        if !skipping {
+            out.push(line);
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// User + system CPU seconds the reader has used (from /proc/PID/stat, at 100 ticks per second).
+fn reader_cpu_seconds(reader: &Reader) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.child.id()))?;
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok(ticks as f64 / 100.0)
+}
