@@ -200,42 +200,6 @@ impl Default for Metrics {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_contract() {
-        let m = Metrics::new();
-        m.received.inc_by(3);
-        m.delivered("out", 2);
-        m.error("receive", "QueueDoesNotExist");
-        m.in_flight.set(5);
-        m.sink_latency("out", Duration::from_millis(3));
-        m.lag(1_000, 3_500);
-        let stats = Arc::new(SinkStats::default());
-        stats.record_retry();
-        m.watch_sink("out", stats.clone());
-        let text = m.encode();
-        for line in [
-            "sluice_reader_received_messages_total 3",
-            "sluice_reader_delivered_messages_total{sink=\"out\"} 2",
-            "sluice_reader_errors_total{stage=\"receive\",error_type=\"QueueDoesNotExist\"} 1",
-            "sluice_reader_in_flight_messages 5",
-            "sluice_reader_retries_total{sink=\"out\"} 1",
-            "sluice_reader_lag_seconds_sum 2.5",
-            "sluice_reader_sink_latency_seconds_count{sink=\"out\"} 1",
-            "sluice_reader_deleted_messages_total 0",
-            "sluice_reader_duplicates_total 0",
-            "sluice_reader_empty_receives_total 0",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
-        stats.record_retry();
-        assert!(m.encode().contains("sluice_reader_retries_total{sink=\"out\"} 2"));
-    }
-}
-
 /// What a reader holds (received, not yet settled) against its bound, and how long messages wait
 /// between their receive and their hand-off to the sinks (the rate limit's wait included).
 pub struct HeldMetrics {
@@ -284,5 +248,41 @@ impl HeldMetrics {
         for _ in 0..messages {
             self.wait.observe(waited.as_secs_f64());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_contract() {
+        let m = Metrics::new();
+        m.received.inc_by(3);
+        m.delivered("out", 2);
+        m.error("receive", "QueueDoesNotExist");
+        m.in_flight.set(5);
+        m.sink_latency("out", Duration::from_millis(3));
+        m.lag(1_000, 3_500);
+        let stats = Arc::new(SinkStats::default());
+        stats.record_retry();
+        m.watch_sink("out", stats.clone());
+        let text = m.encode();
+        for line in [
+            "sluice_reader_received_messages_total 3",
+            "sluice_reader_delivered_messages_total{sink=\"out\"} 2",
+            "sluice_reader_errors_total{stage=\"receive\",error_type=\"QueueDoesNotExist\"} 1",
+            "sluice_reader_in_flight_messages 5",
+            "sluice_reader_retries_total{sink=\"out\"} 1",
+            "sluice_reader_lag_seconds_sum 2.5",
+            "sluice_reader_sink_latency_seconds_count{sink=\"out\"} 1",
+            "sluice_reader_deleted_messages_total 0",
+            "sluice_reader_duplicates_total 0",
+            "sluice_reader_empty_receives_total 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        stats.record_retry();
+        assert!(m.encode().contains("sluice_reader_retries_total{sink=\"out\"} 2"));
     }
 }
