@@ -327,7 +327,7 @@ async fn a_rate_limited_exactly_once_source_holds_within_its_bound_and_commits_n
             h.peak, h.bound_at_peak, h.samples, h.over_bound
         );
     }
-    let epochs = epochs.lock().unwrap();
+    let epochs = std::mem::take(&mut *epochs.lock().unwrap());
     let mut lengths = Vec::new();
     for (epoch, committed) in &epochs.committed_seen_ms {
         if let Some(opened) = epochs.opened_ms.get(epoch).filter(|o| **o >= counted_from_ms) {
@@ -351,7 +351,6 @@ async fn a_rate_limited_exactly_once_source_holds_within_its_bound_and_commits_n
         "an epoch took {longest:.1} s from opening to commit, more than twice the {INTERVAL_S} s interval"
     );
     assert_eq!(stats.duplicates, 0, "exactlyOnce delivered duplicates");
-    drop(epochs);
     drop(system);
     sink.stop().await?;
     queue.delete().await?;

@@ -24,8 +24,8 @@ pub struct HeldSpec {
     #[schemars(range(min = 1024, max = 4_294_967_296u64))]
     pub max_bytes: u64,
     /// How far ahead a reader takes work, in milliseconds, 100-60000: it holds what it can deliver
-    /// in this long at its measured drain and its rate-limit share. Under exactlyOnce an epoch
-    /// runs about this much past its interval. Default 2000.
+    /// in this long at its measured drain and its rate-limit share. Under exactlyOnce at most half
+    /// the checkpoint interval is used, so an epoch runs little past its interval. Default 2000.
     #[serde(default = "default_horizon_milliseconds")]
     #[schemars(range(min = 100, max = 60_000))]
     pub horizon_milliseconds: u32,

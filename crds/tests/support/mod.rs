@@ -27,7 +27,8 @@ pub fn full() -> Value {
             },
             "receive": {
                 "maxMessages": 10, "waitTimeSeconds": 20, "visibilityTimeoutSeconds": 30, "pollers": 4,
-                "attributeNames": ["All"], "messageAttributeNames": ["All"]
+                "attributeNames": ["All"], "messageAttributeNames": ["All"],
+                "held": {"maxMessages": 1000, "maxBytes": 67108864, "horizonMilliseconds": 2000}
             },
             "rateLimit": {"messagesPerSecond": 100, "bytesPerSecond": 100000, "burstSeconds": 2},
             "delivery": {
