@@ -12,6 +12,11 @@ readonly VENV="$REPO_ROOT/.sluice/pyclients/venv"
 readonly STAMP="$REPO_ROOT/.sluice/pyclients/venv.stamp"
 readonly PINS="amazon-sqs-extended-client==1.0.1 boto3==1.44.8 botocore==1.44.8 s3transfer==0.19.3"
 
+# Serialise: the suites run their tests as parallel processes, and each may be first to install.
+mkdir -p "$REPO_ROOT/.sluice/pyclients"
+exec 9>"$REPO_ROOT/.sluice/pyclients/lock"
+flock 9
+
 if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$PINS" ]]; then
   python="$(ls -d "$HOME"/.pyenv/versions/3.1[1-3]*/bin/python3 2>/dev/null | tail -1 || true)"
   python="${python:-python3}"
