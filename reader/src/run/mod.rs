@@ -10,7 +10,9 @@
 
 mod drain;
 mod epochs;
+mod report;
 mod start;
+mod targets;
 
 use std::sync::Arc;
 
