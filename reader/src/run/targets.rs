@@ -101,7 +101,8 @@ impl Target {
                     Ok(_) => Found::Yes,
                     Err(e) => {
                         let http = e.raw_response().map(|r| r.status().as_u16());
-                        self.judge(e.code(), http, &describe(&e), &format!("queue {url}"), "sqs:SendMessage")
+                        let grant = Some("sqs:SendMessage and sqs:GetQueueAttributes");
+                        self.judge(e.code(), http, &describe(&e), &format!("queue {url}"), grant)
                     }
                 }
             }
@@ -109,20 +110,23 @@ impl Target {
                 Ok(_) => Found::Yes,
                 Err(e) => {
                     let http = e.raw_response().map(|r| r.status().as_u16());
-                    self.judge(e.code(), http, &describe(&e), &format!("bucket {bucket}"), "s3:PutObject")
+                    // HeadBucket is authorized as s3:ListBucket, which a least-privilege reader policy
+                    // may grant only under a prefix condition: a refusal says nothing about the bucket.
+                    self.judge(e.code(), http, &describe(&e), &format!("bucket {bucket}"), None)
                 }
             },
         }
     }
 
-    /// Missing (404 or a does-not-exist code), forbidden (403 or an access code), else unknown.
+    /// Missing (404 or a does-not-exist code), forbidden (403 or an access code, when the check
+    /// uses the permission the deliveries need: `grant`), else unknown.
     fn judge(
         &self,
         code: Option<&str>,
         http: Option<u16>,
         text: &str,
         what: &str,
-        permission: &str,
+        grant: Option<&str>,
     ) -> Found {
         let code = code.unwrap_or_default();
         let field = &self.field;
@@ -137,7 +141,9 @@ impl Target {
                 "{field}: {what} does not exist (AWS {}): create it or fix the field; deliveries to sink {sink} fail and are retried with backoff until then, and the reader stays not ready",
                 if code.is_empty() { "404" } else { code }
             ))
-        } else if http == Some(403) || code.contains("AccessDenied") || code == "Forbidden" {
+        } else if let Some(permission) = grant
+            && (http == Some(403) || code.contains("AccessDenied") || code == "Forbidden")
+        {
             Found::Problem(format!(
                 "{field}: access to {what} denied (AWS {}): grant the reader's identity {permission} on it; deliveries to sink {sink} fail until then, and the reader stays not ready",
                 if code.is_empty() { "403" } else { code }
@@ -203,4 +209,42 @@ async fn recheck(mut open: Vec<Target>, stop: Stop) {
     }
     MISSING.store(false, Ordering::Relaxed);
     tracing::info!("every target the source names is found");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket_target() -> Target {
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        let client = aws_sdk_s3::Client::from_conf(config);
+        let kind = Kind::Bucket { client, bucket: "archive".into() };
+        Target { field: "spec.sinks[1].s3.bucket".into(), sink: "archive".into(), kind }
+    }
+
+    #[test]
+    fn missing_is_a_problem_naming_the_field_and_a_refused_head_bucket_is_not() {
+        let t = bucket_target();
+        let Found::Problem(line) = t.judge(Some("NotFound"), Some(404), "NotFound", "bucket archive", None)
+        else {
+            panic!("a missing bucket is a problem")
+        };
+        assert!(
+            line.starts_with("spec.sinks[1].s3.bucket: bucket archive does not exist (AWS NotFound): "),
+            "{line}"
+        );
+        assert!(matches!(
+            t.judge(Some("Forbidden"), Some(403), "Forbidden", "bucket archive", None),
+            Found::Unknown(_)
+        ));
+        let Found::Problem(line) =
+            t.judge(Some("AccessDenied"), Some(403), "AccessDenied", "queue q", Some("sqs:SendMessage"))
+        else {
+            panic!("a refused queue check is a problem")
+        };
+        assert!(line.contains("grant the reader's identity sqs:SendMessage on it"), "{line}");
+    }
 }
