@@ -124,7 +124,7 @@ async fn step(
         observed_generation: source.meta().generation,
     };
     let patch: json_patch::Patch = serde_json::from_value(condition_patch(&status.conditions, &condition))
-        .map_err(|e| kube::Error::SerdeError(e))?;
+        .map_err(kube::Error::SerdeError)?;
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
     let sources: Api<SqsSource> = Api::namespaced(client.clone(), &namespace);
     sources.patch_status(&name, &params, &Patch::Json::<()>(patch)).await?;

@@ -55,20 +55,19 @@ pub fn entry() -> (String, String) {
     encode(&health::report(), now_ms())
 }
 
+/// Per sink: its name, whether it fails, whether it is stalled.
+type Shape = Vec<(String, bool, bool)>;
+
 /// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled.
-fn shape(sinks: &BTreeMap<String, SinkReport>) -> Vec<(String, bool, bool)> {
+fn shape(sinks: &BTreeMap<String, SinkReport>) -> Shape {
     sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect()
 }
 
 /// Whether a write is due: never before `MIN_GAP`, at `REFRESH`, and in between when the shape
 /// changed. `None` (never written) is due at once.
-pub fn due(
-    last: Option<(Instant, &[(String, bool, bool)])>,
-    now: Instant,
-    shape: &[(String, bool, bool)],
-) -> bool {
+pub fn due(last: Option<&(Instant, Shape)>, now: Instant, shape: &Shape) -> bool {
     let Some((at, written)) = last else { return true };
-    let since = now.duration_since(at);
+    let since = now.duration_since(*at);
     since >= REFRESH || (since >= MIN_GAP && written != shape)
 }
 
@@ -81,13 +80,13 @@ pub struct Reporter {
 impl Reporter {
     /// Reports until `stop`; write failures are warned about once per failing spell.
     pub async fn run(self, stop: CancellationToken) {
-        let mut last: Option<(Instant, Vec<(String, bool, bool)>)> = None;
+        let mut last: Option<(Instant, Shape)> = None;
         let mut failing = false;
         loop {
             let sinks = health::report();
             let now = Instant::now();
             let shape = shape(&sinks);
-            if due(last.as_ref().map(|(at, s)| (*at, s.as_slice())), now, &shape) {
+            if due(last.as_ref(), now, &shape) {
                 match self.write(encode(&sinks, now_ms())).await {
                     Ok(()) => {
                         if failing {
@@ -146,7 +145,8 @@ mod tests {
         let healthy = vec![("web".to_owned(), false, false)];
         let failing = vec![("web".to_owned(), true, false)];
         assert!(due(None, t0, &healthy), "the first report at once");
-        let last = Some((t0, healthy.as_slice()));
+        let written = (t0, healthy.clone());
+        let last = Some(&written);
         assert!(!due(last, t0 + Duration::from_secs(4), &failing), "not within the gap");
         assert!(due(last, t0 + MIN_GAP, &failing), "a change after the gap");
         assert!(!due(last, t0 + Duration::from_secs(29), &healthy), "no change: quiet");
