@@ -74,7 +74,7 @@ pub async fn start(
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
     };
-    super::targets::check(settings, &mut clients, stop).await;
+    super::targets::check(settings, &mut clients, stop, &metrics).await;
     admin.set_ready(!super::targets::missing());
     watch_readiness(admin.clone(), stop.clone(), options.unready_after);
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");

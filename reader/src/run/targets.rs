@@ -20,6 +20,7 @@ use sluice_crds::SinkSpec;
 use crate::aws::{SqsClients, describe};
 use crate::config::settings::Settings;
 use crate::process::backoff::backoff;
+use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::sink;
 
@@ -156,7 +157,7 @@ impl Target {
 
 /// Checks every target now, then re-checks the missing ones in a task until each is found or
 /// `stop`. Readiness follows [`missing`] (see `start::watch_readiness`).
-pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop) {
+pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, metrics: &Metrics) {
     let targets = targets(settings, clients);
     if targets.is_empty() {
         return;
@@ -167,6 +168,7 @@ pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop) {
             Found::Yes => {}
             Found::Problem(line) => {
                 tracing::warn!(field = %target.field, "{line}");
+                metrics.error("start", "target_missing");
                 open.push(target);
             }
             Found::Unknown(line) => tracing::warn!(field = %target.field, "{line}; deliveries will tell"),
