@@ -1,5 +1,6 @@
 //! The operator process: logs, clients, admin server, leader election, and the tasks that run
-//! while this replica leads: the controller, the autoscaler and the checkpoint coordinator.
+//! while this replica leads: the controller, the autoscaler, the checkpoint coordinator and the
+//! sink health follower.
 //!
 //! Why one shutdown token: SIGTERM, Ctrl-C and lost leadership must stop every task together and
 //! let each finish what it is doing; a lost Lease ends the process with an error, so Kubernetes
@@ -26,6 +27,7 @@ use crate::names::FIELD_MANAGER;
 use crate::queue_check::sqs::SqsInspector;
 use crate::reconcile::Context;
 use crate::scaler::{self, SqsQueueAttributes};
+use crate::sink_health;
 use crate::telemetry;
 
 /// Why the operator stopped. `Debug` prints the message, because `main` returning an error prints
@@ -82,6 +84,7 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
     );
 
     let checkpoint = checkpoint::run(client.clone(), &mut registry, shutdown.child_token());
+    let sink_health = sink_health::run(client.clone(), shutdown.child_token());
 
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
@@ -111,7 +114,7 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
     let stop = shutdown.clone();
     let controller = controller::run(ctx, scope, async move { stop.cancelled().await });
     let work = async {
-        tokio::join!(controller, scaler, checkpoint);
+        tokio::join!(controller, scaler, checkpoint, sink_health);
     };
     let lost = async {
         match &elector {

@@ -150,6 +150,29 @@ fn applied(
 ) -> Computed {
     let reachable = reachability(queues);
     let targets = target_reachability(targets);
+    let QueueReview { config, figures, warnings } = review_queues(spec, queues, &reachable);
+    let rollout = Rollout::of(deployment);
+    let progressing = rollout.verdict();
+    let ready = ready(&reachable, &config, &targets, &rollout);
+    let degraded = degraded(&reachable, &config, &targets, &rollout, &progressing);
+    let last_error = (degraded.status == "True").then(|| degraded.message.clone());
+    let replicas = rollout.current;
+    let ready_replicas = rollout.ready;
+    let mut verdicts =
+        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec), targets];
+    verdicts.extend(checkpoint_not_applicable(spec));
+    Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+}
+
+/// What the reachable queues' attributes say: `QueueConfigValid`, the summed figures, and the
+/// findings of warning severity.
+struct QueueReview {
+    config: Verdict,
+    figures: Option<QueueFigures>,
+    warnings: Vec<Finding>,
+}
+
+fn review_queues(spec: &SqsSourceSpec, queues: &[QueueObservation], reachable: &Verdict) -> QueueReview {
     let mut findings: Vec<Finding> = Vec::new();
     let mut figures: Option<QueueFigures> = None;
     let mut max_size = 0;
@@ -184,10 +207,12 @@ fn applied(
             format!("queue settings suit the spec; largest message accepted: {max_size} bytes"),
         )
     };
+    QueueReview { config, figures, warnings }
+}
 
-    let rollout = Rollout::of(deployment);
-    let progressing = rollout.verdict();
-    let ready = if reachable.status != "True" {
+/// `Ready`: the first blocking problem (queues, their settings, targets), else the readers.
+fn ready(reachable: &Verdict, config: &Verdict, targets: &Verdict, rollout: &Rollout) -> Verdict {
+    if reachable.status != "True" {
         Verdict::new(READY, "False", "QueueUnreachable", reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(READY, "False", "QueueConfigInvalid", config.message.clone())
@@ -214,8 +239,18 @@ fn applied(
             "ReadersReady",
             format!("{} of {} readers ready", rollout.ready, rollout.desired),
         )
-    };
-    let degraded = if reachable.status != "True" {
+    }
+}
+
+/// `Degraded`: the first problem that needs a user, or readers missing outside a rollout.
+fn degraded(
+    reachable: &Verdict,
+    config: &Verdict,
+    targets: &Verdict,
+    rollout: &Rollout,
+    progressing: &Verdict,
+) -> Verdict {
+    if reachable.status != "True" {
         Verdict::new(DEGRADED, "True", &reachable.reason, reachable.message.clone())
     } else if config.status == "False" {
         Verdict::new(DEGRADED, "True", &config.reason, config.message.clone())
@@ -235,14 +270,7 @@ fn applied(
         )
     } else {
         Verdict::new(DEGRADED, "False", "AsExpected", "")
-    };
-    let last_error = (degraded.status == "True").then(|| degraded.message.clone());
-    let replicas = rollout.current;
-    let ready_replicas = rollout.ready;
-    let mut verdicts =
-        vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec), targets];
-    verdicts.extend(checkpoint_not_applicable(spec));
-    Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+    }
 }
 
 const TARGET_MISSING: &str = "TargetDoesNotExist";

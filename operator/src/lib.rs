@@ -33,6 +33,7 @@ pub mod validate_caveats;
 
 pub mod checkpoint;
 pub mod scaler;
+pub mod sink_health;
 
 #[cfg(test)]
 mod fixtures;

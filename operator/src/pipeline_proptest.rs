@@ -184,6 +184,7 @@ fn queue_result() -> impl Strategy<Value = Result<QueueAttributes, QueueError>> 
                 visible,
                 in_flight: visible,
                 delayed: visible,
+                ..QueueAttributes::default()
             })
         ),
         Just(Err(QueueError::DoesNotExist)),

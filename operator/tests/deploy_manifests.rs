@@ -207,9 +207,8 @@ fn every_example_builds_readers_with_budgets_resources_and_no_secret_in_their_co
             let name = variable["name"].as_str().unwrap_or_default();
             assert!(!WEBHOOK_VARIABLES.contains(&name), "{path}: sets {name}, which the EKS webhook owns");
         }
-        let needs_token = source.spec.delivery.guarantee == sluice_crds::Guarantee::ExactlyOnce
-            || source.spec.rate_limit.is_some();
-        assert_eq!(pod["automountServiceAccountToken"], json!(needs_token), "{path}");
+        // Every reader reports its sinks' health in its own lease ConfigMap.
+        assert_eq!(pod["automountServiceAccountToken"], json!(true), "{path}");
     }
 }
 

@@ -37,13 +37,18 @@ fn suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
-#[tokio::test]
-async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() {
-    let endpoint = endpoint();
-    let base = aws();
+/// The endpoint, the SDK configuration and an SQS client for LocalStack.
+fn localstack() -> (String, aws_config::SdkConfig, aws_sdk_sqs::Client) {
+    let (endpoint, base) = (endpoint(), aws());
     let sqs = aws_sdk_sqs::Client::from_conf(
         aws_sdk_sqs::config::Builder::from(&base).endpoint_url(&endpoint).build(),
     );
+    (endpoint, base, sqs)
+}
+
+#[tokio::test]
+async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() {
+    let (endpoint, base, sqs) = localstack();
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&base).endpoint_url(&endpoint).force_path_style(true).build(),
     );
@@ -118,4 +123,37 @@ async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() 
 
     sqs.delete_queue().queue_url(&queue_url).send().await.expect("DeleteQueue");
     s3.delete_bucket().bucket(&name).send().await.expect("DeleteBucket");
+}
+
+/// A source queue encrypted with a customer-managed KMS key: the operator reads `KmsMasterKeyId`
+/// and names the key and `kms:Decrypt` for the readers. LocalStack here runs without its KMS
+/// service, so the key is only an attribute SQS stores; the readers' decrypt is not exercised.
+#[tokio::test]
+async fn a_kms_encrypted_source_queue_names_its_key_and_kms_decrypt() {
+    use sluice_operator::queue_check::QueueInspector;
+    let (endpoint, base, sqs) = localstack();
+    let name = format!("kms-{}", suffix());
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::KmsMasterKeyId, "alias/sluice-orders")
+        .send()
+        .await
+        .expect("LocalStack answers CreateQueue")
+        .queue_url()
+        .expect("a queue url")
+        .to_owned();
+    let spec: SqsSourceSpec = serde_json::from_value(serde_json::json!({
+        "queues": [{ "url": url, "endpoint": endpoint }],
+        "sinks": [{ "name": "log", "log": {} }],
+        "deadLetterSink": { "name": "dead", "sqs": { "queueUrl": url, "endpoint": endpoint } },
+    }))
+    .expect("a spec");
+    let attrs = SqsInspector::new(base).inspect(&spec.queues[0]).await.expect("the queue answers");
+    assert_eq!(attrs.kms_master_key_id.as_deref(), Some("alias/sluice-orders"));
+    let findings = sluice_operator::queue_check::checks::check_queue(&spec, 0, &name, &attrs);
+    let kms = findings.iter().find(|f| f.reason == "QueueEncryptedWithKmsKey").expect("a KMS finding");
+    println!("{}", kms.message);
+    assert!(kms.message.contains("alias/sluice-orders") && kms.message.contains("kms:Decrypt"));
+    sqs.delete_queue().queue_url(&url).send().await.expect("DeleteQueue");
 }

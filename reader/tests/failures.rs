@@ -38,11 +38,13 @@ async fn a_permanently_rejecting_sink_is_retried_on_the_backoff_schedule() {
     let (sink, addr) = SinkServer::start().await;
     let queue = sqs.queue("e1-reject", false, 30).await;
     sqs.send(&queue, &poison(3)).await;
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), ""), &[]);
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), "");
+    let mut reader = Reader::start(&yaml, &["--unready-after-seconds=5"]);
     reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
     tokio::time::sleep(FAULT).await;
     let received = reader.metric("sluice_reader_received_messages_total").await;
     println!("rejecting sink: {received} receives of 3 messages in {FAULT:?}");
+    assert!(!ready(&mut reader).await, "not ready 5 s after the sink began to refuse everything");
     assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
     assert!(received >= 6.0, "each message was tried again: {received}");
     let warnings =
@@ -77,6 +79,8 @@ async fn a_missing_dead_letter_queue_backs_off_until_it_exists() {
     println!("missing dead-letter queue: {received} receives of 3 messages in {FAULT:?}");
     assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
     assert_eq!(reader.metric("sluice_reader_dead_lettered_messages_total").await, 0.0);
+    assert!(!ready(&mut reader).await, "not ready while the dead-letter queue is missing");
+    assert!(reader.stderr().contains("spec.deadLetterSink.sqs.queueUrl: queue "), "{}", reader.stderr());
 
     // The fault is removed: the next receive of each message dead-letters it (the last delay
     // was at most 16 s, the one before the next receive at most 32 s).

@@ -317,10 +317,10 @@ check_reader_pods() { # label
   local jp='{.spec.automountServiceAccountToken} {.spec.containers[0].resources.requests.memory} {.metadata.labels.team} {.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.containers[0].securityContext.allowPrivilegeEscalation} {.spec.securityContext.runAsNonRoot} {.spec.containers[0].securityContext.capabilities.drop[0]}'
   local got
   got="$(k -n "$NS" get "$pod" -o jsonpath="$jp")"
-  if [[ "$got" == "false 48Mi e2e true false true ALL" ]]; then
-    pass "$1: reader pod shaped from spec.reader, no API token (at-least-once, no rate share), no privileges"
+  if [[ "$got" == "true 48Mi e2e true false true ALL" ]]; then
+    pass "$1: reader pod shaped from spec.reader, API token for its sink health report, no privileges"
   else
-    fail "$1: reader pod fields are '$got', want 'false 48Mi e2e true false true ALL'"
+    fail "$1: reader pod fields are '$got', want 'true 48Mi e2e true false true ALL'"
   fi
   if k -n "$NS" get "$pod" -o jsonpath='{.spec.containers[0].env[*].name}' | grep -qw AWS_ROLE_ARN; then
     fail "$1: the reader sets AWS_ROLE_ARN, which belongs to the EKS pod identity webhook"

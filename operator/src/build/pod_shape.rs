@@ -6,17 +6,19 @@
 //! how the reader finds its source; the CRD refuses user values for them, and this code applies
 //! the user's first and the operator's last in case an old object slipped past the schema.
 //!
-//! Why the API token is mounted only for coordination: a reader that is neither exactly-once
-//! nor sharing a source-wide rate limit never calls the Kubernetes API, so a compromised reader
-//! should not hold a token for it. IRSA and EKS Pod Identity mount their own projected tokens
-//! (audience `sts.amazonaws.com` / `pods.eks.amazonaws.com`), unaffected by this setting.
+//! Why every reader gets the API token: each reports its sinks' health in its own lease ConfigMap
+//! (the `SinksHealthy` condition), and under exactlyOnce or a shared rate limit it also
+//! coordinates through the API. What that token may write is bounded by the readers' Role and by
+//! the admission policy `reader-own-lease.sluice.dev` (deploy/policy): its own lease and nothing
+//! else. IRSA and EKS Pod Identity mount their own projected tokens (audience
+//! `sts.amazonaws.com` / `pods.eks.amazonaws.com`), unaffected by this setting.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sluice_crds::{Guarantee, ReaderSpec, ResourceAmounts, SqsSourceSpec};
+use sluice_crds::{ReaderSpec, ResourceAmounts};
 
 use super::service_account::account_name;
 use crate::validate::Validated;
@@ -47,21 +49,11 @@ pub const EKS_WEBHOOK_VARIABLES: &[&str] = &[
     "AWS_STS_REGIONAL_ENDPOINTS",
 ];
 
-/// Whether the reader talks to the Kubernetes API: leases and the checkpoint under exactlyOnce,
-/// the published replica count when a source-wide rate limit is shared among replicas.
-pub fn needs_api_token(spec: &SqsSourceSpec) -> bool {
-    let shares_rate = spec
-        .rate_limit
-        .as_ref()
-        .is_some_and(|r| r.messages_per_second.is_some() || r.bytes_per_second.is_some());
-    spec.delivery.guarantee == Guarantee::ExactlyOnce || shares_rate
-}
-
 /// Applies the pod-level settings of `spec.reader` to the reader pod.
 pub(super) fn shape_pod(valid: &Validated<'_>, pod: &mut PodSpec, meta: &mut ObjectMeta) {
     let reader = &valid.source.spec.reader;
     pod.service_account_name = Some(account_name(valid));
-    pod.automount_service_account_token = Some(needs_api_token(&valid.source.spec));
+    pod.automount_service_account_token = Some(true);
     pod.node_selector = non_empty_map(&reader.node_selector);
     pod.tolerations = non_empty(&reader.tolerations);
     pod.affinity.clone_from(&reader.affinity);

@@ -3,7 +3,10 @@
 //! Why these rules and no narrower: a reader reads its `source.yaml` and the checkpoint ConfigMap,
 //! creates its own lease ConfigMap `<source>-lease-<pod>`, renews it (update with a resourceVersion
 //! compare-and-swap), and lists its peers' leases by label to honour their committed ids
-//! (DESIGN.md section 3). RBAC cannot restrict `create` or label-selected `list` by name, and lease
+//! (DESIGN.md section 3). Every reader, exactlyOnce or not, also writes its sinks' health into
+//! that same lease ConfigMap (key `sinkHealth`, read by `sink_health`), which is why every reader
+//! pod mounts its token (`pod_shape`) and why this Role is bound for every source; the write
+//! needs no rule beyond the lease's own. RBAC cannot restrict `create` or label-selected `list` by name, and lease
 //! names carry the pod name, which is not known when the Role is written; so the rule is on
 //! ConfigMaps of the source's namespace, and it grants no `delete` and nothing else.
 //!
@@ -34,7 +37,8 @@ use crate::access::ApiCall;
 use crate::names;
 use crate::validate::Validated;
 
-/// What the reader's coordination layer (reader/src/coordination) asks of the API server.
+/// What the reader's cluster layer (reader/src/cluster: leases, sink health, rate share) asks of
+/// the API server.
 pub const READER_API_CALLS: &[ApiCall] = &[
     ApiCall::new("", "configmaps", "get"),
     ApiCall::new("", "configmaps", "list"),

@@ -98,6 +98,9 @@ pub fn plan(
     let mut unreadable = Vec::new();
     let views: Vec<LeaseView> = leases
         .iter()
+        // A reader that held no protocol lease (atLeastOnce, before a switch of guarantee) wrote
+        // only its sink health there: not a member, and not unreadable either.
+        .filter(|data| data.contains_key("holder") || data.contains_key("incarnation"))
         .filter_map(|data| match Lease::from_data(data) {
             Ok(lease) => Some(LeaseView::of(&lease, now_ms, SKEW_MS)),
             Err(e) => {

@@ -117,6 +117,7 @@ pub fn check_queue(spec: &SqsSourceSpec, index: usize, label: &str, attrs: &Queu
         });
     }
 
+    findings.extend(kms_key(index, label, attrs));
     if attrs.redrive_policy.as_deref().is_none_or(str::is_empty) && spec.dead_letter_sink.is_none() {
         findings.push(Finding {
             severity: Severity::Warning,
@@ -127,6 +128,25 @@ pub fn check_queue(spec: &SqsSourceSpec, index: usize, label: &str, attrs: &Queu
         });
     }
     findings
+}
+
+/// The AWS-managed key for SQS: usable by any identity of the account that may use the queue.
+const AWS_MANAGED_SQS_KEY: &str = "alias/aws/sqs";
+
+/// A queue encrypted with a customer-managed KMS key: the readers receive only if their identity
+/// may `kms:Decrypt` with it, which neither SQS nor IAM lets the operator test (Decrypt needs a
+/// ciphertext, and simulating the readers' policy needs `iam:SimulatePrincipalPolicy` on an
+/// identity the operator may not know). So the key and the permission are named up front, as a
+/// warning, rather than found by the readers' first failed receive (`KMS.AccessDeniedException`).
+fn kms_key(index: usize, label: &str, attrs: &QueueAttributes) -> Option<Finding> {
+    let key = attrs.kms_master_key_id.as_deref().filter(|k| *k != AWS_MANAGED_SQS_KEY)?;
+    Some(Finding {
+        severity: Severity::Warning,
+        reason: "QueueEncryptedWithKmsKey",
+        message: format!(
+            "queue {label} (spec.queues[{index}]) is encrypted with KMS key {key}: the readers' identity needs kms:Decrypt on that key (in its IAM policy and the key policy), or every receive fails with KMS.AccessDeniedException; see docs/eks.md"
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -134,3 +134,33 @@ fn an_index_outside_the_spec_finds_nothing() {
     let spec = fixtures::source(fixtures::BASIC).spec;
     assert!(check_queue(&spec, 9, "q", &attrs(true, 0, false)).is_empty());
 }
+
+#[test]
+fn a_customer_managed_kms_key_names_the_key_and_kms_decrypt() {
+    let spec = spec_for_kms();
+    let mut encrypted = attrs(false, 60, true);
+    encrypted.kms_master_key_id = Some("alias/orders".into());
+    let findings = check_queue(&spec, 0, "orders", &encrypted);
+    let kms: Vec<&Finding> = findings.iter().filter(|f| f.reason == "QueueEncryptedWithKmsKey").collect();
+    assert_eq!(kms.len(), 1);
+    assert_eq!(kms[0].severity, Severity::Warning);
+    assert!(
+        kms[0].message.contains("alias/orders") && kms[0].message.contains("kms:Decrypt"),
+        "{}",
+        kms[0].message
+    );
+    assert!(kms[0].message.contains("spec.queues[0]"));
+    // The AWS-managed key needs no grant of its own.
+    encrypted.kms_master_key_id = Some("alias/aws/sqs".into());
+    assert!(
+        check_queue(&spec, 0, "orders", &encrypted).iter().all(|f| f.reason != "QueueEncryptedWithKmsKey")
+    );
+}
+
+fn spec_for_kms() -> sluice_crds::SqsSourceSpec {
+    serde_json::from_value(serde_json::json!({
+        "queues": [{ "url": "https://sqs.us-east-1.amazonaws.com/123456789012/orders" }],
+        "sinks": [{ "name": "log", "log": {} }],
+    }))
+    .expect("a spec")
+}

@@ -28,6 +28,8 @@ pub struct QueueAttributes {
     pub visible: i64,
     pub in_flight: i64,
     pub delayed: i64,
+    /// `KmsMasterKeyId`: the customer-managed key (id, ARN or alias) encrypting the queue, if any.
+    pub kms_master_key_id: Option<String>,
 }
 
 /// Why a queue could not be inspected.

@@ -181,6 +181,10 @@ pub fn parse_attributes(url: String, attributes: &HashMap<QueueAttributeName, St
         visible: number(QueueAttributeName::ApproximateNumberOfMessages),
         in_flight: number(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
         delayed: number(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        kms_master_key_id: attributes
+            .get(&QueueAttributeName::KmsMasterKeyId)
+            .filter(|v| !v.is_empty())
+            .cloned(),
         url,
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::health_report::Reporter;
 use super::lease::{Cluster, ClusterConfig};
 use super::share;
 use crate::config::settings::RateSettings;
@@ -76,4 +77,30 @@ pub async fn start_share(
     let source = source.unwrap_or_else(|| default_source.to_owned());
     let follower = share::Follower::new(client, &namespace, &source, limiter, total, metrics);
     share::start(follower, stop).await
+}
+
+/// Report this reader's sink health in its lease ConfigMap until `stop` (see `health_report`); for
+/// readers that hold no protocol lease (atLeastOnce). Without an API client it says so and
+/// reports nothing.
+pub async fn report_sink_health(source: &str, pod: &str, stop: CancellationToken) {
+    let (client, namespace) = match client().await {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(%error, "no Kubernetes client: sink health is not reported to the operator");
+            return;
+        }
+    };
+    let config = ClusterConfig {
+        namespace: namespace.clone(),
+        source: std::env::var("SLUICE_SOURCE")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| source.to_owned()),
+        source_uid: std::env::var("SLUICE_SOURCE_UID").unwrap_or_default(),
+        pod: pod.to_owned(),
+        // No protocol lease is held: the duration is not written.
+        lease_duration: Duration::ZERO,
+    };
+    let reporter = Reporter { config_maps: kube::Api::namespaced(client, &namespace), config };
+    tokio::spawn(reporter.run(stop));
 }

@@ -28,6 +28,7 @@ use sluice_protocol::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::health_report;
 use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
 
@@ -70,38 +71,48 @@ pub struct Cluster {
     observed: Observed,
 }
 
-/// The lease ConfigMap object for `lease`.
+/// The lease ConfigMap object for `lease`, with this reader's sink health (`health_report`), so
+/// that under exactlyOnce every renewal reports it too without a write of its own (a second writer
+/// would break the lease's compare-and-swap).
 pub fn lease_object(
     config: &ClusterConfig,
     lease: &Lease,
     resource_version: Option<String>,
 ) -> Result<ConfigMap> {
+    let mut data = lease.to_data()?;
+    data.extend([health_report::entry()]);
     Ok(ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(lease_configmap_name(&config.source, &config.pod)),
-            namespace: Some(config.namespace.clone()),
-            labels: Some(BTreeMap::from([
-                (SOURCE_LABEL.to_owned(), config.source.clone()),
-                (ROLE_LABEL.to_owned(), "lease".to_owned()),
-            ])),
-            owner_references: (!config.source_uid.is_empty()).then(|| {
-                vec![OwnerReference {
-                    api_version: <sluice_crds::SqsSource as kube::Resource>::api_version(&()).into_owned(),
-                    kind: <sluice_crds::SqsSource as kube::Resource>::kind(&()).into_owned(),
-                    name: config.source.clone(),
-                    uid: config.source_uid.clone(),
-                    // Not blocking: that would need `update` on the source's finalizers, which
-                    // readers are not granted; and not the controller (the operator is not).
-                    block_owner_deletion: None,
-                    controller: None,
-                }]
-            }),
-            resource_version,
-            ..ObjectMeta::default()
-        },
-        data: Some(lease.to_data()?),
+        metadata: lease_metadata(config, resource_version),
+        data: Some(data),
         ..ConfigMap::default()
     })
+}
+
+/// Name, labels and owner of this reader's lease ConfigMap: what the reader policy
+/// (deploy/policy) requires of the one object a reader may write.
+pub fn lease_metadata(config: &ClusterConfig, resource_version: Option<String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(lease_configmap_name(&config.source, &config.pod)),
+        namespace: Some(config.namespace.clone()),
+        labels: Some(BTreeMap::from([
+            (SOURCE_LABEL.to_owned(), config.source.clone()),
+            (ROLE_LABEL.to_owned(), "lease".to_owned()),
+        ])),
+        owner_references: (!config.source_uid.is_empty()).then(|| {
+            vec![OwnerReference {
+                api_version: <sluice_crds::SqsSource as kube::Resource>::api_version(&()).into_owned(),
+                kind: <sluice_crds::SqsSource as kube::Resource>::kind(&()).into_owned(),
+                name: config.source.clone(),
+                uid: config.source_uid.clone(),
+                // Not blocking: that would need `update` on the source's finalizers, which
+                // readers are not granted; and not the controller (the operator is not).
+                block_owner_deletion: None,
+                controller: None,
+            }]
+        }),
+        resource_version,
+        ..ObjectMeta::default()
+    }
 }
 
 /// Reads a checkpoint ConfigMap; `None` until the operator wrote its keys.

@@ -193,15 +193,15 @@ impl Dispatcher {
                     Outcome::Delivered => {
                         delivered += 1;
                         self.metrics.delivered_record(name, &items[i].record, acked_ms);
-                        health::delivered();
+                        health::delivered(name);
                     }
                     Outcome::Rejected { reason } => {
-                        health::failed();
+                        health::failed(name, reason);
                         self.metrics.sink_error(name, "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
                     Outcome::Failed { reason } => {
-                        health::failed();
+                        health::failed(name, reason);
                         self.metrics.sink_error(name, "failed");
                         warnings::delivery_failed(name, "failed", reason);
                     }
@@ -242,9 +242,10 @@ impl Dispatcher {
         }
         let Some(dead_letter) = &self.sinks.dead_letter else {
             for (i, reason) in &rejected {
-                tracing::warn!(message_id = %items[*i].record.message_id, %reason,
+                tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                     "rejected and no deadLetterSink is configured; releasing");
                 self.metrics.error("dead_letter", "no_dead_letter_sink");
+                warnings::no_dead_letter_sink(reason);
             }
             return rejected.into_iter().map(|(i, _)| (i, Verdict::Release)).collect();
         };
@@ -258,6 +259,7 @@ impl Dispatcher {
             .enumerate()
             .map(|(k, (i, reason))| match answer.get(k) {
                 Some(Outcome::Delivered) => {
+                    health::delivered(dead_letter.sink().name());
                     tracing::info!(message_id = %items[*i].record.message_id, traceparent = items[*i].record.trace.as_deref(), %reason, "dead-lettered");
                     self.metrics.dead_lettered(&items[*i].record.queue_url);
                     if leaves_context_out(&items[*i].record) {
@@ -266,8 +268,15 @@ impl Dispatcher {
                     (*i, Verdict::Delete)
                 }
                 other => {
-                    tracing::warn!(message_id = %items[*i].record.message_id, ?other,
+                    let sink = dead_letter.sink().name();
+                    let reason = match other {
+                        Some(Outcome::Failed { reason } | Outcome::Rejected { reason }) => reason.clone(),
+                        _ => format!("dead-letter sink {sink} gave no answer for the record"),
+                    };
+                    tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                         "dead-letter sink did not take the record; releasing");
+                    health::failed(sink, &reason);
+                    warnings::delivery_failed(sink, "dead_letter_failed", &reason);
                     self.metrics.error("dead_letter", "failed");
                     (*i, Verdict::Release)
                 }

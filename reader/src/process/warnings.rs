@@ -57,6 +57,23 @@ pub fn delivery_failed(sink: &str, kind: &'static str, reason: &str) {
     }
 }
 
+/// A rejected message went back to the queue because the source has no dead-letter sink (the
+/// queue's own redrive policy then decides): a WARN line if one is due, with the count.
+pub fn no_dead_letter_sink(reason: &str) {
+    let due = DELIVERY_FAILURES.lock().unwrap_or_else(|e| e.into_inner()).note(
+        "",
+        "no_dead_letter_sink",
+        Instant::now(),
+    );
+    if let Some(released) = due {
+        let window = WINDOW.as_secs();
+        tracing::warn!(
+            released,
+            "{released} rejected messages released in up to {window} s: no deadLetterSink is configured, so they return to the queue until its redrive policy moves them; set spec.deadLetterSink to keep them apart. Latest: {reason}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

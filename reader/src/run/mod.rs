@@ -11,7 +11,9 @@
 mod drain;
 mod epochs;
 mod pollers;
+mod report;
 mod start;
+mod targets;
 
 use std::sync::Arc;
 

@@ -81,7 +81,8 @@ pub async fn start(
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
     };
-    admin.set_ready(true);
+    super::targets::check(settings, &mut clients, stop, &metrics).await;
+    admin.set_ready(!super::targets::missing());
     watch_readiness(admin.clone(), stop.clone(), options.unready_after);
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
 
@@ -115,6 +116,7 @@ pub async fn start(
     ));
     let limiter = Arc::new(Limiter::new(settings.rate));
     follow_rate_share(settings, options, &limiter, &metrics, stop).await;
+    super::report::sink_health(settings, options, stop).await;
 
     let heartbeat_stop = CancellationToken::new();
     let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate };
@@ -220,9 +222,10 @@ async fn connect_queues(
     }
 }
 
-/// Every second: not ready while deliveries fail and none succeeded for `after`, ready again on
-/// the next success. Leaves readiness alone once the reader stops (the drain owns it then).
+/// Every second: not ready while deliveries fail and none succeeded for `after`, or while a target
+/// is missing (`targets`); ready again on the next success. Leaves readiness alone once the reader stops (the drain owns it then).
 fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
+    sink::health::set_unready_after(after);
     tokio::spawn(async move {
         let mut was_stalled = false;
         loop {
@@ -230,16 +233,18 @@ fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 () = stop.stopped() => return,
             }
-            let stalled = sink::health::stalled(after);
+            let stalled = sink::health::stalled() || super::targets::missing();
             if stalled != was_stalled {
-                if stalled {
+                if super::targets::missing() {
+                    // `targets` said which one, and says when it is found.
+                } else if stalled {
                     tracing::warn!(
                         seconds = after.as_secs(),
                         "no delivery succeeded for {} s while deliveries fail: not ready",
                         after.as_secs()
                     );
                 } else {
-                    tracing::info!("deliveries succeed again: ready");
+                    tracing::info!("deliveries succeed and every target is found: ready");
                 }
                 admin.set_ready(!stalled);
                 was_stalled = stalled;

@@ -1,0 +1,219 @@
+//! The I/O of `SinksHealthy`: every [`TICK`], for each source, list its leases, compute the
+//! verdict, and write the condition and an event when it changed.
+//!
+//! Why the source's own status as memory: the condition written last is what a new leader (or a
+//! restarted operator) compares with, so a restart neither repeats an event nor misses one. The
+//! status an event was last decided on is also kept in memory, so that a condition another writer
+//! dropped is written again without a second event.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use sluice_crds::SqsSource;
+use sluice_crds::checkpoint::now_ms;
+use tokio_util::sync::CancellationToken;
+
+use super::verdict::{SinksVerdict, fresh_reports, verdict};
+use super::{FIELD_MANAGER, SINKS_HEALTHY};
+use crate::access::ApiCall;
+use crate::scaler::drain::lease_selector;
+
+/// How often the reports are read. Readers write at most every 5 s, so a faster tick would see
+/// nothing new.
+pub const TICK: Duration = Duration::from_secs(5);
+
+/// A list of the sources, a list of each one's lease ConfigMaps, the condition's patch; events
+/// through the Recorder (`events::API_CALLS`).
+pub const API_CALLS: &[ApiCall] = &[
+    ApiCall::new("sluice.dev", "sqssources", "list"),
+    ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("sluice.dev", "sqssources/status", "patch"),
+];
+
+/// The task: follows every source's sink health until `shutdown`.
+pub fn run(client: Client, shutdown: CancellationToken) -> impl Future<Output = ()> + Send + 'static {
+    follow(client, shutdown)
+}
+
+async fn follow(client: Client, shutdown: CancellationToken) {
+    let reporter =
+        Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let sources: Api<SqsSource> = Api::all(client.clone());
+    // The status each source's condition last had, for events; first taken from the object.
+    let mut known: HashMap<(String, String), String> = HashMap::new();
+    let mut failing_list = false;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(TICK) => {}
+        }
+        let list = match sources.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(error) => {
+                if !failing_list {
+                    tracing::warn!(%error, "sink health: cannot list SqsSources; SinksHealthy conditions go stale");
+                }
+                failing_list = true;
+                continue;
+            }
+        };
+        failing_list = false;
+        let keys: Vec<_> =
+            list.items.iter().map(|s| (s.namespace().unwrap_or_default(), s.name_any())).collect();
+        known.retain(|key, _| keys.contains(key));
+        for source in list.items.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
+            let key = (source.namespace().unwrap_or_default(), source.name_any());
+            let before = known.get(&key).cloned().or_else(|| current(source).map(|c| c.status.clone()));
+            match step(&client, &recorder, source, before.as_deref()).await {
+                Ok(Some(status)) => {
+                    known.insert(key, status);
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(namespace = %key.0, source = %key.1, %error,
+                    "sink health: cannot update SinksHealthy"),
+            }
+        }
+    }
+}
+
+/// The source's `SinksHealthy` condition as last written.
+fn current(source: &SqsSource) -> Option<&Condition> {
+    source.status.as_ref()?.conditions.iter().find(|c| c.type_ == SINKS_HEALTHY)
+}
+
+/// One source: the verdict, written when it changed; answers the status it now has (`None`
+/// while the source has no status yet: the reconciler writes it first).
+async fn step(
+    client: &Client,
+    recorder: &Recorder,
+    source: &SqsSource,
+    before: Option<&str>,
+) -> Result<Option<String>, kube::Error> {
+    let (Some(namespace), Some(status)) = (source.namespace(), source.status.as_ref()) else {
+        return Ok(None);
+    };
+    let name = source.name_any();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(&name))).await?;
+    let data: Vec<_> = leases.items.iter().filter_map(|cm| cm.data.as_ref()).collect();
+    let now = verdict(&source.spec, &fresh_reports(data, now_ms()));
+    let previous = current(source);
+    if previous.is_some_and(|c| c.status == now.status && c.reason == now.reason && c.message == now.message)
+    {
+        return Ok(Some(now.status.to_owned()));
+    }
+    let since = match previous {
+        Some(c) if c.status == now.status => c.last_transition_time.clone(),
+        _ => Time(Timestamp::now()),
+    };
+    let condition = Condition {
+        type_: SINKS_HEALTHY.to_owned(),
+        status: now.status.to_owned(),
+        reason: now.reason.to_owned(),
+        message: now.message.clone(),
+        last_transition_time: since,
+        observed_generation: source.meta().generation,
+    };
+    let patch: json_patch::Patch = serde_json::from_value(condition_patch(&status.conditions, &condition))
+        .map_err(kube::Error::SerdeError)?;
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+    let sources: Api<SqsSource> = Api::namespaced(client.clone(), &namespace);
+    sources.patch_status(&name, &params, &Patch::Json::<()>(patch)).await?;
+    if let Some(event) = transition(before, &now) {
+        tracing::info!(namespace = %namespace, source = %name, "{}", now.message);
+        if let Err(error) = recorder.publish(&event, &source.object_ref(&())).await {
+            tracing::warn!(%error, "sink health: cannot publish the event");
+        }
+    }
+    Ok(Some(now.status.to_owned()))
+}
+
+/// A JSON patch that replaces the `SinksHealthy` entry of `conditions` (guarded by a test of its
+/// type at that index) or appends one.
+///
+/// Why a JSON patch and not an apply: the condition belongs in the one `conditions` list the
+/// reconciler applies, and a patch of one entry leaves every other entry alone whatever the API
+/// server's list handling (an apply replaces what its manager owned; a server that treats the
+/// list as one field would let each writer erase the other's conditions).
+pub fn condition_patch(conditions: &[Condition], condition: &Condition) -> serde_json::Value {
+    match conditions.iter().position(|c| c.type_ == SINKS_HEALTHY) {
+        Some(i) => json!([
+            { "op": "test", "path": format!("/status/conditions/{i}/type"), "value": SINKS_HEALTHY },
+            { "op": "replace", "path": format!("/status/conditions/{i}"), "value": condition },
+        ]),
+        None if conditions.is_empty() => {
+            json!([{ "op": "add", "path": "/status/conditions", "value": [condition] }])
+        }
+        None => json!([{ "op": "add", "path": "/status/conditions/-", "value": condition }]),
+    }
+}
+
+/// The event for a change of status: a Warning into False, a Normal back to True from False;
+/// nothing for a message change within a status, nor to or from Unknown but into False.
+pub fn transition(previous: Option<&str>, now: &SinksVerdict) -> Option<Event> {
+    let (type_, reason) = match (previous, now.status) {
+        (Some("False"), "False") => return None,
+        (_, "False") => (EventType::Warning, "SinksUnhealthy"),
+        (Some("False"), "True") => (EventType::Normal, "SinksHealthy"),
+        _ => return None,
+    };
+    Some(Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(now.message.chars().take(1000).collect()),
+        action: "SinkHealth".to_owned(),
+        secondary: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(status: &'static str) -> SinksVerdict {
+        SinksVerdict { status, reason: "R", message: "m".into() }
+    }
+
+    fn condition(type_: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: "R".into(),
+            message: "m".into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn the_patch_replaces_only_its_own_entry_or_appends_it() {
+        let ours = condition(SINKS_HEALTHY);
+        let patch = condition_patch(&[condition("Ready"), condition(SINKS_HEALTHY)], &ours);
+        assert_eq!(
+            patch[0],
+            json!({"op": "test", "path": "/status/conditions/1/type", "value": "SinksHealthy"})
+        );
+        assert_eq!(patch[1]["path"], "/status/conditions/1");
+        assert_eq!(condition_patch(&[condition("Ready")], &ours)[0]["path"], "/status/conditions/-");
+        assert_eq!(condition_patch(&[], &ours)[0]["path"], "/status/conditions");
+    }
+
+    #[test]
+    fn an_event_on_each_transition_into_false_and_back() {
+        assert_eq!(transition(Some("True"), &v("False")).map(|e| e.reason), Some("SinksUnhealthy".into()));
+        assert_eq!(transition(None, &v("False")).map(|e| e.type_), Some(EventType::Warning));
+        assert_eq!(transition(Some("False"), &v("True")).map(|e| e.reason), Some("SinksHealthy".into()));
+        assert!(transition(Some("False"), &v("False")).is_none(), "a new message is not a transition");
+        assert!(transition(Some("Unknown"), &v("True")).is_none());
+        assert!(transition(None, &v("Unknown")).is_none());
+    }
+}

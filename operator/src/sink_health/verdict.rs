@@ -1,0 +1,202 @@
+//! The `SinksHealthy` condition from the readers' sink health reports.
+//!
+//! Each reader writes its report in its lease ConfigMap, data key `sinkHealth`
+//! (reader/src/cluster/health_report.rs says when and in which form). A sink is unhealthy when
+//! some reader says it is stalled: deliveries to it failed and none succeeded for that reader's
+//! `--unready-after-seconds` (the same test that turns the reader's `/readyz` false). Reports older
+//! than [`STALE_MS`] are a reader that is gone, and are ignored.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use sluice_crds::{SinkSpec, SqsSourceSpec};
+
+/// The data key readers write.
+pub const KEY: &str = "sinkHealth";
+/// A report older than this is ignored: readers refresh theirs at least every 30 s.
+pub const STALE_MS: i64 = 90_000;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub reported_at_ms: i64,
+    #[serde(default)]
+    pub sinks: BTreeMap<String, SinkReport>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SinkReport {
+    pub last_success_ms: Option<i64>,
+    #[serde(default)]
+    pub failures_since: u64,
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub stalled: bool,
+}
+
+/// The condition's status, reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinksVerdict {
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The fresh reports among a source's lease ConfigMaps' data (others are skipped: a lease of a
+/// reader from before this report existed, or an unreadable one, says nothing about sinks).
+pub fn fresh_reports<'a>(
+    leases: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    now_ms: i64,
+) -> Vec<Report> {
+    leases
+        .into_iter()
+        .filter_map(|data| serde_json::from_str::<Report>(data.get(KEY)?).ok())
+        .filter(|r| now_ms - r.reported_at_ms <= STALE_MS)
+        .collect()
+}
+
+/// Per sink across readers: readers stalled, failures, the latest error and success.
+#[derive(Default)]
+struct Across {
+    stalled_readers: usize,
+    readers: usize,
+    failures: u64,
+    last_error: Option<String>,
+    last_success_ms: Option<i64>,
+}
+
+/// The verdict for `spec`'s sinks (named with their field and target) from fresh `reports`.
+pub fn verdict(spec: &SqsSourceSpec, reports: &[Report]) -> SinksVerdict {
+    if reports.is_empty() {
+        return SinksVerdict {
+            status: "Unknown",
+            reason: "NoReports",
+            message: "no reader has reported its sinks' health in the last 90 s (readers report every 30 s while they run)".to_owned(),
+        };
+    }
+    let mut sinks: BTreeMap<&str, Across> = BTreeMap::new();
+    for report in reports {
+        for (name, sink) in &report.sinks {
+            let across = sinks.entry(name).or_default();
+            across.readers += 1;
+            across.failures += sink.failures_since;
+            across.last_success_ms = across.last_success_ms.max(sink.last_success_ms);
+            if sink.stalled {
+                across.stalled_readers += 1;
+                across.last_error = sink.last_error.clone().or(across.last_error.take());
+            }
+        }
+    }
+    let failing: Vec<String> = sinks
+        .iter()
+        .filter(|(_, a)| a.stalled_readers > 0)
+        .map(|(name, a)| describe(&target_of(spec, name), a))
+        .collect();
+    if failing.is_empty() {
+        return SinksVerdict {
+            status: "True",
+            reason: "Delivering",
+            message: format!(
+                "no sink has gone without a successful delivery for the readers' --unready-after-seconds ({} reader(s) reporting)",
+                reports.len()
+            ),
+        };
+    }
+    SinksVerdict {
+        status: "False",
+        reason: "SinkFailing",
+        message: format!(
+            "{}; the messages are retried with backoff and nothing is deleted until a sink takes them: fix the sink or its target (see the readers' WARN lines)",
+            failing.join("; ")
+        ),
+    }
+}
+
+/// `sink NAME (FIELD, TARGET)`: which sink, where the spec names it, and what it writes to.
+fn target_of(spec: &SqsSourceSpec, name: &str) -> String {
+    let named = spec.sinks.iter().enumerate().map(|(i, s)| (format!("spec.sinks[{i}]"), s));
+    let mut all = named.chain(spec.dead_letter_sink.iter().map(|s| ("spec.deadLetterSink".to_owned(), s)));
+    match all.find(|(_, s)| s.name == name) {
+        Some((field, sink)) => format!("sink {name} ({field}, {})", target(sink)),
+        None => format!("sink {name}"),
+    }
+}
+
+fn target(sink: &SinkSpec) -> String {
+    match (&sink.http, &sink.sqs, &sink.s3) {
+        (Some(http), _, _) => format!("url {}", http.url),
+        (_, Some(sqs), _) => format!("queue {}", sqs.queue_url),
+        (_, _, Some(s3)) => format!("bucket {}", s3.bucket),
+        _ => "log".to_owned(),
+    }
+}
+
+fn describe(sink: &str, a: &Across) -> String {
+    let success =
+        match a.last_success_ms.and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok()) {
+            Some(at) => format!("last success {at}"),
+            None => "no success yet".to_owned(),
+        };
+    let error = a.last_error.as_deref().unwrap_or("no error text");
+    format!(
+        "{sink} fails on {} of {} reader(s), {} failures since their last success ({success}); last error: {error}",
+        a.stalled_readers, a.readers, a.failures
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SqsSourceSpec {
+        serde_json::from_value(serde_json::json!({
+            "queues": [{ "url": "https://sqs.us-east-1.amazonaws.com/123456789012/orders" }],
+            "sinks": [{ "name": "web", "http": { "url": "https://hooks.example/in" } }],
+        }))
+        .expect("a spec")
+    }
+
+    fn lease(reported_at_ms: i64, sinks: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("holder".to_owned(), "orders-reader-1".to_owned()),
+            (KEY.to_owned(), format!(r#"{{"reportedAtMs":{reported_at_ms},"sinks":{sinks}}}"#)),
+        ])
+    }
+
+    #[test]
+    fn a_stalled_sink_on_any_reader_makes_the_condition_false_with_one_readable_line() {
+        let now = 1_000_000;
+        let leases = [
+            lease(
+                now - 1_000,
+                r#"{"web":{"lastSuccessMs":null,"failuresSince":40,"lastError":"HTTP 503 from https://hooks.example/in","stalled":true}}"#,
+            ),
+            lease(
+                now - 2_000,
+                r#"{"web":{"lastSuccessMs":0,"failuresSince":2,"lastError":"HTTP 503","stalled":false}}"#,
+            ),
+            // A dead reader's report is ignored, and a lease without one is not a report.
+            lease(now - STALE_MS - 1, r#"{"web":{"failuresSince":9,"stalled":true}}"#),
+            BTreeMap::from([("holder".to_owned(), "x".to_owned())]),
+        ];
+        let reports = fresh_reports(&leases, now);
+        assert_eq!(reports.len(), 2);
+        let v = verdict(&spec(), &reports);
+        assert_eq!((v.status, v.reason), ("False", "SinkFailing"));
+        assert!(v.message.starts_with(
+            "sink web (spec.sinks[0], url https://hooks.example/in) fails on 1 of 2 reader(s), 42 failures since their last success (last success 1970-01-01T00:00:00Z); last error: HTTP 503 from https://hooks.example/in; "
+        ), "{}", v.message);
+        assert!(!v.message.contains('\n') && !v.message.contains("Some("));
+    }
+
+    #[test]
+    fn healthy_and_unknown() {
+        let now = 1_000_000;
+        let ok = [lease(now, r#"{"web":{"lastSuccessMs":5,"failuresSince":0,"stalled":false}}"#)];
+        let v = verdict(&spec(), &fresh_reports(&ok, now));
+        assert_eq!((v.status, v.reason), ("True", "Delivering"));
+        let v = verdict(&spec(), &fresh_reports(&[], now));
+        assert_eq!((v.status, v.reason), ("Unknown", "NoReports"));
+    }
+}

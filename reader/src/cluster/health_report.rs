@@ -1,0 +1,174 @@
+//! This reader's sink health, reported to the operator in its own lease ConfigMap
+//! `<source>-lease-<pod>` under the data key [`KEY`], which the operator turns into the source's
+//! `SinksHealthy` condition and an event on each transition.
+//!
+//! Why the lease ConfigMap: it is the one object the reader policy (deploy/policy, rule
+//! `own-lease-only`) lets a reader write, it is owned by the source (gone with it), and the
+//! operator already lists a source's leases by label. Under exactlyOnce the lease's own renewals
+//! carry the report (`lease::lease_object`); otherwise [`Reporter`] writes a ConfigMap holding only
+//! this key (no protocol keys: the coordinator ignores it).
+//!
+//! Why rate-limited: a failing sink changes its counts with every message. A write is made when
+//! the set of stalled or failing sinks changes, at most every [`MIN_GAP`], and otherwise every
+//! [`REFRESH`] so that the operator can tell a live report from a dead reader's ([`KEY`] carries
+//! the time of writing).
+//!
+//! The value, JSON: `{"reportedAtMs": 1700000000000, "sinks": {"<sink>": {"lastSuccessMs": ...,
+//! "failuresSince": 3, "lastError": "...", "stalled": true}}}`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use serde::Serialize;
+use sluice_protocol::{lease_configmap_name, now_ms};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{ClusterConfig, lease_metadata};
+use crate::sink::health::{self, SinkReport};
+
+/// The data key of the report.
+pub const KEY: &str = "sinkHealth";
+/// Least time between two writes.
+pub const MIN_GAP: Duration = Duration::from_secs(5);
+/// Longest time between two writes.
+pub const REFRESH: Duration = Duration::from_secs(30);
+const TICK: Duration = Duration::from_secs(1);
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    reported_at_ms: i64,
+    sinks: &'a BTreeMap<String, SinkReport>,
+}
+
+/// The data entry for `sinks`, written at `now_ms`.
+fn encode(sinks: &BTreeMap<String, SinkReport>, now_ms: i64) -> (String, String) {
+    let report = Report { reported_at_ms: now_ms, sinks };
+    (KEY.to_owned(), serde_json::to_string(&report).unwrap_or_default())
+}
+
+/// The data entry for this reader's sink health now.
+pub fn entry() -> (String, String) {
+    encode(&health::report(), now_ms())
+}
+
+/// Per sink: its name, whether it fails, whether it is stalled.
+type Shape = Vec<(String, bool, bool)>;
+
+/// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled.
+fn shape(sinks: &BTreeMap<String, SinkReport>) -> Shape {
+    sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect()
+}
+
+/// Whether a write is due: never before `MIN_GAP`, at `REFRESH`, and in between when the shape
+/// changed. `None` (never written) is due at once.
+pub fn due(last: Option<&(Instant, Shape)>, now: Instant, shape: &Shape) -> bool {
+    let Some((at, written)) = last else { return true };
+    let since = now.duration_since(*at);
+    since >= REFRESH || (since >= MIN_GAP && written != shape)
+}
+
+/// Writes the report of an at-least-once reader (no lease of the checkpoint protocol).
+pub struct Reporter {
+    pub config_maps: Api<ConfigMap>,
+    pub config: ClusterConfig,
+}
+
+impl Reporter {
+    /// Reports until `stop`; write failures are warned about once per failing spell.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut last: Option<(Instant, Shape)> = None;
+        let mut failing = false;
+        loop {
+            let sinks = health::report();
+            let now = Instant::now();
+            let shape = shape(&sinks);
+            if due(last.as_ref(), now, &shape) {
+                match self.write(encode(&sinks, now_ms())).await {
+                    Ok(()) => {
+                        if failing {
+                            tracing::info!("sink health reported to the operator again");
+                        }
+                        failing = false;
+                    }
+                    Err(error) if !failing => {
+                        failing = true;
+                        tracing::warn!(
+                            "cannot report sink health in ConfigMap {}: {error}; the source's SinksHealthy condition will go stale; check the reader's Role and the reader-own-lease.sluice.dev policy",
+                            self.name()
+                        );
+                    }
+                    Err(_) => {}
+                }
+                // A failed write waits the same gap: the API is not hammered.
+                last = Some((now, shape));
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        lease_configmap_name(&self.config.source, &self.config.pod)
+    }
+
+    /// Creates the ConfigMap, or replaces it at the version read.
+    async fn write(&self, (key, value): (String, String)) -> Result<(), kube::Error> {
+        let name = self.name();
+        let current = self.config_maps.get_opt(&name).await?;
+        let version = current.as_ref().and_then(|cm| cm.resource_version());
+        let object = ConfigMap {
+            metadata: lease_metadata(&self.config, version.clone()),
+            data: Some(BTreeMap::from([(key, value)])),
+            ..ConfigMap::default()
+        };
+        match version {
+            Some(_) => self.config_maps.replace(&name, &PostParams::default(), &object).await?,
+            None => self.config_maps.create(&PostParams::default(), &object).await?,
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_at_once_then_on_change_no_sooner_than_the_gap_and_at_the_refresh() {
+        let t0 = Instant::now();
+        let healthy = vec![("web".to_owned(), false, false)];
+        let failing = vec![("web".to_owned(), true, false)];
+        assert!(due(None, t0, &healthy), "the first report at once");
+        let written = (t0, healthy.clone());
+        let last = Some(&written);
+        assert!(!due(last, t0 + Duration::from_secs(4), &failing), "not within the gap");
+        assert!(due(last, t0 + MIN_GAP, &failing), "a change after the gap");
+        assert!(!due(last, t0 + Duration::from_secs(29), &healthy), "no change: quiet");
+        assert!(due(last, t0 + REFRESH, &healthy), "the refresh");
+    }
+
+    #[test]
+    fn the_report_names_each_sink_in_camel_case() {
+        let sinks = BTreeMap::from([(
+            "web".to_owned(),
+            SinkReport {
+                last_success_ms: None,
+                failures_since: 2,
+                last_error: Some("HTTP 503".into()),
+                stalled: true,
+            },
+        )]);
+        let (key, value) = encode(&sinks, 7);
+        assert_eq!(key, "sinkHealth");
+        assert_eq!(
+            value,
+            r#"{"reportedAtMs":7,"sinks":{"web":{"lastSuccessMs":null,"failuresSince":2,"lastError":"HTTP 503","stalled":true}}}"#
+        );
+    }
+}
