@@ -61,16 +61,7 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
     let shutdown = CancellationToken::new();
     watch_signals(shutdown.clone())?;
 
-    let elector = match cli.leader_election {
-        Switch::Off => None,
-        Switch::On => {
-            let (Some(namespace), Some(identity)) = (&cli.lease_namespace, &cli.identity) else {
-                return Err(AppError::LeaseIdentity);
-            };
-            let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-            Some(Elector::new(api, &cli.lease_name, identity, LeaseTimings::default()))
-        }
-    };
+    let elector = elector(&cli, &client)?;
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -137,6 +128,20 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
         elector.release().await;
     }
     finish(admin, outcome).await
+}
+
+/// The leader election the flags ask for (`None`: this replica leads at once).
+fn elector(cli: &Cli, client: &Client) -> Result<Option<Elector>, AppError> {
+    match cli.leader_election {
+        Switch::Off => Ok(None),
+        Switch::On => {
+            let (Some(namespace), Some(identity)) = (&cli.lease_namespace, &cli.identity) else {
+                return Err(AppError::LeaseIdentity);
+            };
+            let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+            Ok(Some(Elector::new(api, &cli.lease_name, identity, LeaseTimings::default())))
+        }
+    }
 }
 
 /// Stops the admin server and returns `outcome` (or the admin server's own failure).

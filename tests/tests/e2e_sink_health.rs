@@ -25,7 +25,7 @@ const SOURCE: &str = "health";
 const MESSAGES: usize = 5;
 
 fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_sluice-localcp")).parent().expect("a bin dir").to_owned()
+    sluice_tests::system::bin_dir()
 }
 
 fn source_yaml(queue: &TestQueue, endpoint: &str, bucket: &str) -> String {

@@ -150,6 +150,7 @@ impl Metrics {
 
     /// Every metric under its name and help text (the names are the contract; METRICS.md lists
     /// them, and the dashboard and alert rules under deploy/observability query them).
+    // long: one registration per family, in one place: the list is the contract METRICS.md documents.
     fn register(&self, registry: &mut Registry) {
         registry.register(
             "build_info",

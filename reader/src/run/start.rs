@@ -63,20 +63,7 @@ pub async fn start(
         return Err(epochs::not_built_for_clusters());
     }
     let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
-    let context = SinkContext {
-        reader_id: options.reader_id.clone(),
-        retry: settings.spec.delivery.retry.clone(),
-        aws: sdk.clone(),
-        stopping: stop.token().clone(),
-    };
-    let sinks: Sinks =
-        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
-            .map_err(|e| Error::config(e.field, e.message))?;
-    let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
-    let resolver = payload::build(&payload, &sdk).map(Arc::new);
-    if let Some(resolver) = &resolver {
-        metrics.payload.watch(resolver.stats());
-    }
+    let (sinks, resolver) = outputs(settings, options, stop, &metrics, &sdk)?;
     let mut clients = SqsClients::new(sdk);
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
@@ -134,6 +121,31 @@ pub async fn start(
         coordination_stop,
         metrics,
     }))
+}
+
+/// The sinks, and the resolver of payloads kept in S3 (absent unless the payload format names one).
+fn outputs(
+    settings: &Settings,
+    options: &Options,
+    stop: &Stop,
+    metrics: &Metrics,
+    sdk: &aws_config::SdkConfig,
+) -> Result<(Sinks, Option<Arc<Resolver>>)> {
+    let context = SinkContext {
+        reader_id: options.reader_id.clone(),
+        retry: settings.spec.delivery.retry.clone(),
+        aws: sdk.clone(),
+        stopping: stop.token().clone(),
+    };
+    let sinks: Sinks =
+        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
+            .map_err(|e| Error::config(e.field, e.message))?;
+    let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
+    let resolver = payload::build(&payload, sdk).map(Arc::new);
+    if let Some(resolver) = &resolver {
+        metrics.payload.watch(resolver.stats());
+    }
+    Ok((sinks, resolver))
 }
 
 /// This replica's share of the source-wide rate limit follows the autoscaler's replica count
