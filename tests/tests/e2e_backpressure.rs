@@ -23,7 +23,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use sluice_crds::checkpoint::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::scrape::{self, metric};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 use tokio_util::sync::CancellationToken;
 
@@ -40,71 +42,14 @@ fn bin_dir() -> PathBuf {
     sluice_tests::system::bin_dir()
 }
 
-/// An SqsSource of `REPLICAS` fixed readers reading `queue` into the HTTP sink at `sink`.
-fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    pollers: 4
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 30
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 5000
-        concurrency: 4
-  scaling:
-    minReplicas: {REPLICAS}
-    maxReplicas: {REPLICAS}
-    pollIntervalSeconds: 1
-  reader:
-    logLevel: info
-{extra}"#,
-        url = queue.url
-    )
-}
-
-/// The admin address a reader printed last (the runner gives each process port 0).
-fn admin_addr(system: &System, pod: &str) -> Option<String> {
-    let log = system.state_dir().join(format!("localcp/logs/{pod}.log"));
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .filter_map(|l| l.split("sluice-reader admin listening on ").nth(1))
-        .map(|a| a.trim().to_owned())
-        .next_back()
-}
-
-/// The sum of a family's samples in a `/metrics` text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
-/// Each running reader of `source` with its `/metrics` text, by pod name.
-async fn scrape(system: &System, http: &reqwest::Client, source: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for reader in system.running_readers(source) {
-        let Some(addr) = admin_addr(system, &reader.name) else { continue };
-        let Ok(response) = http.get(format!("http://{addr}/metrics")).send().await else { continue };
-        if let Ok(text) = response.text().await {
-            out.insert(reader.name.clone(), text);
-        }
-    }
-    out
+/// An SqsSource of `REPLICAS` fixed readers reading `queue` into the HTTP sink at `sink` (4
+/// deliveries at a time per reader).
+fn source(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> SourceYaml {
+    SourceYaml::new(name, &queue.url, endpoint)
+        .pollers(4)
+        .visibility_timeout(30)
+        .sink("webhook", Sink::http(sink).timeout_ms(5000).concurrency(4))
+        .replicas(REPLICAS as i32, REPLICAS as i32)
 }
 
 /// Per reader, across samples: the most held, the bound in force then, and any sample above the
@@ -130,7 +75,7 @@ fn sample_held(
         let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
         while !stop.is_cancelled() {
             let counted = counting.load(std::sync::atomic::Ordering::SeqCst);
-            for (pod, text) in scrape(&system, &http, source).await {
+            for (pod, text) in scrape::readers(&system, &http, source).await {
                 let (Some(held), Some(bound)) = (metric(&text, HELD), metric(&text, BOUND)) else { continue };
                 if !counted {
                     continue;
@@ -187,7 +132,7 @@ async fn three_readers_starting_together_share_a_backlog_behind_a_slow_sink() ->
     let _ = std::fs::remove_dir_all(&dir);
     let mut system = System::start(&bin_dir(), &dir).await?;
     system.start_operator()?;
-    system.apply_source(&source_yaml(SOURCE, &queue, &endpoint, &sink.url(), "")).await?;
+    system.apply_source(&source(SOURCE, &queue, &endpoint, &sink.url()).yaml()).await?;
     let system = Arc::new(system);
     let (stop, counting) = (CancellationToken::new(), Arc::new(std::sync::atomic::AtomicBool::new(true)));
     let (held, sampler) = sample_held(system.clone(), SOURCE, counting, stop.clone());
@@ -196,7 +141,7 @@ async fn three_readers_starting_together_share_a_backlog_behind_a_slow_sink() ->
     stop.cancel();
     let _ = sampler.await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
-    let last = scrape(&system, &http, SOURCE).await;
+    let last = scrape::readers(&system, &http, SOURCE).await;
     println!(
         "backlog {BACKLOG}, sink 200 ms per delivery, concurrency 4 per reader: all delivered in {took:.1?}"
     );
@@ -286,10 +231,9 @@ async fn a_rate_limited_exactly_once_source_holds_within_its_bound_and_commits_n
     let _ = std::fs::remove_dir_all(&dir);
     let mut system = System::start(&bin_dir(), &dir).await?;
     system.start_operator()?;
-    let extra = format!(
-        "  rateLimit:\n    messagesPerSecond: {RATE}\n  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: {INTERVAL_S}\n"
-    );
-    system.apply_source(&source_yaml(SOURCE, &queue, &endpoint, &sink.url(), &extra)).await?;
+    let source =
+        source(SOURCE, &queue, &endpoint, &sink.url()).rate_limit(RATE).exactly_once(INTERVAL_S as u32);
+    system.apply_source(&source.yaml()).await?;
     let system = Arc::new(system);
     let stop = CancellationToken::new();
     let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -302,7 +246,7 @@ async fn a_rate_limited_exactly_once_source_holds_within_its_bound_and_commits_n
     let share = f64::from(RATE.div_ceil(REPLICAS as u32));
     let start = Instant::now();
     loop {
-        let scraped = scrape(&system, &http, SOURCE).await;
+        let scraped = scrape::readers(&system, &http, SOURCE).await;
         if scraped.len() == REPLICAS && scraped.values().all(|t| metric(t, SHARE) == Some(share)) {
             break;
         }

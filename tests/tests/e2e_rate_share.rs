@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::poll::{self, Check};
+use sluice_tests::scrape::{self, metric};
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
-use sluice_tests::system::{ReaderProcess, System};
+use sluice_tests::system::System;
 
 const SOURCE: &str = "rateshare";
 /// The source-wide limit, messages/s.
@@ -53,39 +54,9 @@ fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
         .yaml()
 }
 
-/// The admin address a reader printed last (`sluice-reader admin listening on …`): the runner
-/// rewrites `--admin-addr` to port 0, so each process says where it listens in its log.
-fn admin_addr(system: &System, reader: &ReaderProcess) -> Option<String> {
-    let log = system.state_dir().join(format!("localcp/logs/{}.log", reader.name));
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .filter_map(|l| l.split("sluice-reader admin listening on ").nth(1))
-        .map(|a| a.trim().to_owned())
-        .next_back()
-}
-
-/// One sample (no labels) or the sum of a family's samples from a `/metrics` text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
 /// Each running reader of the source with its `/metrics` text, by pod name.
 async fn scrape(system: &System, http: &reqwest::Client) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for reader in system.running_readers(SOURCE) {
-        let Some(addr) = admin_addr(system, &reader) else { continue };
-        let Ok(response) = http.get(format!("http://{addr}/metrics")).send().await else { continue };
-        if let Ok(text) = response.text().await {
-            out.push((reader.name.clone(), text));
-        }
-    }
-    out
+    scrape::readers(system, http, SOURCE).await.into_iter().collect()
 }
 
 /// Waits until exactly `count` reader processes of the source are alive (terminating ones included:

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 
 const SOURCE: &str = "observed";
@@ -38,35 +39,13 @@ fn repo_file(path: &str) -> Result<String> {
     std::fs::read_to_string(&full).with_context(|| format!("reading {}", full.display()))
 }
 
-fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {SOURCE}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    waitTimeSeconds: 1
-    visibilityTimeoutSeconds: 30
-  delivery:
-    guarantee: exactlyOnce
-    checkpointIntervalSeconds: 1
-  sinks:
-    - name: webhook
-      http:
-        url: {sink}
-        timeoutMs: 2000
-  scaling:
-    minReplicas: 1
-    maxReplicas: 1
-    pollIntervalSeconds: 1
-"#,
-        url = queue.url
-    )
+/// One exactlyOnce reader (so the checkpoint families have series) into the HTTP sink.
+fn source(queue: &TestQueue, endpoint: &str, sink: &str) -> SourceYaml {
+    SourceYaml::new(SOURCE, &queue.url, endpoint)
+        .visibility_timeout(30)
+        .exactly_once(1)
+        .sink("webhook", Sink::http(sink).timeout_ms(2000))
+        .replicas(1, 1)
 }
 
 /// A metric a query names, and the labels it matches on or aggregates by.
@@ -246,7 +225,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported_with_its_labels()
     let _ = std::fs::remove_dir_all(&dir);
     let mut system = System::start(&bin_dir(), &dir).await?;
     system.start_operator()?;
-    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url())).await?;
+    system.apply_source(&source(&queue, &endpoint, &sink.url()).yaml()).await?;
     system.wait_ready_readers(SOURCE, 1, Duration::from_secs(90)).await?;
     queue.send_batch(MESSAGES).await?;
     sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(90)).await?;

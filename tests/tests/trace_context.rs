@@ -22,6 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::aws_test_env;
 
 const W3C: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -61,25 +62,10 @@ impl Drop for Reader {
 }
 
 fn source_yaml(queue: &str, endpoint: &str, sink: SocketAddr) -> String {
-    format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: traced
-  namespace: default
-spec:
-  queues:
-    - url: {queue}
-      endpoint: {endpoint}
-  receive:
-    waitTimeSeconds: 1
-  sinks:
-    - name: webhook
-      http:
-        url: http://{sink}/events
-        timeoutMs: 2000
-"#
-    )
+    SourceYaml::bare("traced", queue, endpoint)
+        .wait_time(1)
+        .sink("webhook", Sink::http(&format!("http://{sink}/events")).timeout_ms(2000))
+        .yaml()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
