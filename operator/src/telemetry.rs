@@ -1,18 +1,16 @@
-//! Structured logs through `tracing`: JSON for clusters (one object a line, fields kept), text
-//! for people. `RUST_LOG` filters; the default keeps kube's and the AWS SDK's chatter down.
-
-use tracing_subscriber::EnvFilter;
+//! Structured logs through `tracing`, in the reader's shape (`sluice-logs`): flat JSON lines for
+//! clusters, with the `source` and `namespace` of the reconcile, scaler tick or checkpoint step
+//! they belong to (spans); text for people. `RUST_LOG` filters; the default keeps kube's and
+//! the AWS SDK's chatter down.
 
 use crate::cli::LogFormat;
 
-const DEFAULT_FILTER: &str = "info,kube=warn,aws_config=warn,aws_smithy_runtime=warn";
+pub const DEFAULT_FILTER: &str = "info,kube=warn,aws_config=warn,aws_smithy_runtime=warn";
 
 pub fn init(format: LogFormat) -> Result<(), String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let result = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let format = match format {
+        LogFormat::Json => sluice_logs::Format::Json,
+        LogFormat::Text => sluice_logs::Format::Text,
     };
-    result.map_err(|e| e.to_string())
+    sluice_logs::init(format, DEFAULT_FILTER).map(|_process| ())
 }

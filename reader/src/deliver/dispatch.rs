@@ -13,9 +13,10 @@ use std::time::Instant;
 use futures::future::{BoxFuture, FutureExt, join_all};
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use sluice_protocol::now_ms;
+use tracing::Instrument;
 
 use crate::deliver::fifo;
-use crate::process::metrics::Metrics;
+use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::dead_letter::leaves_context_out;
@@ -168,16 +169,20 @@ impl Dispatcher {
                 None => self.sinks.targets(&item.record).into_iter().for_each(|s| per_sink[s].push(i)),
             }
         }
-        let calls =
-            per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| async move {
-                let sink = &self.sinks.sinks[s].sink;
+        let calls = per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| {
+            let sink = &self.sinks.sinks[s].sink;
+            let span = delivery_span(sink.name(), &items[idx[0]].record);
+            let call = async move {
                 let records: Vec<Arc<Record>> = idx.iter().map(|&i| items[i].record.clone()).collect();
                 let started = Instant::now();
                 let answer = sink.deliver(&records).await;
                 self.metrics.sink_latency(sink.name(), started.elapsed());
-                (s, idx, answer)
-            });
-        for (s, idx, answer) in join_all(calls).await {
+                answer
+            };
+            call.instrument(span.clone()).map(move |answer| (s, idx, answer, span))
+        });
+        for (s, idx, answer, span) in join_all(calls).await {
+            let _in_delivery = span.enter();
             let name = self.sinks.sinks[s].sink.name();
             let acked_ms = now_ms();
             let mut delivered = 0;
@@ -209,6 +214,7 @@ impl Dispatcher {
                 outcomes[i].push(outcome);
             }
             self.metrics.delivered(name, delivered);
+            tracing::debug!(records = idx.len(), delivered, "delivered");
         }
         let mut verdicts = Vec::with_capacity(items.len());
         let mut rejected = Vec::new();
@@ -283,6 +289,13 @@ impl Dispatcher {
             })
             .collect()
     }
+}
+
+/// The span around one call to one sink: its lines (failures, dead letters) name the sink and
+/// the queue. One per sink call, so a batching sink pays one per batch; a per-record sink (http,
+/// log) one per record, next to a request that costs far more.
+fn delivery_span(sink: &str, first: &Record) -> tracing::Span {
+    tracing::info_span!("deliver", sink, queue = queue_name(&first.queue_url))
 }
 
 #[cfg(test)]
