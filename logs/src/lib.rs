@@ -18,7 +18,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::JsonFields;
 use tracing_subscriber::util::SubscriberInitExt;
 
-pub use flat_json::FlatJson;
+pub use flat_json::{FlatJson, HEAD};
 pub use process::ProcessFields;
 
 #[cfg(test)]
