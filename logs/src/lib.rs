@@ -7,19 +7,20 @@
 
 #![forbid(unsafe_code)]
 
+pub mod capture;
 mod flat_json;
 mod process;
 
 use std::io::IsTerminal;
 
 use tracing::Subscriber;
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::JsonFields;
 use tracing_subscriber::util::SubscriberInitExt;
 
 pub use flat_json::{FlatJson, HEAD};
 pub use process::ProcessFields;
+pub use tracing_subscriber::EnvFilter;
 
 #[cfg(test)]
 mod tests;

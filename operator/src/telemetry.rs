@@ -14,3 +14,36 @@ pub fn init(format: LogFormat) -> Result<(), String> {
     };
     sluice_logs::init(format, DEFAULT_FILTER).map(|_process| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_logs::EnvFilter;
+    use sluice_logs::capture::Captured;
+
+    use super::DEFAULT_FILTER;
+
+    /// The operator's JSON lines have the reader's head keys, and a line logged inside a
+    /// per-source span (reconcile, scaler, checkpoint step) names the source and namespace.
+    #[test]
+    fn lines_have_the_reader_shape_and_name_the_source() {
+        let out = Captured::default();
+        let filter = EnvFilter::new(DEFAULT_FILTER);
+        let subscriber = sluice_logs::json_subscriber(filter, out.clone(), Default::default());
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("checkpoint_step", source = "orders", namespace = "shop");
+            let _step = span.enter();
+            tracing::warn!(error = "409 Conflict", "checkpoint step failed");
+        });
+        let lines = out.lines();
+        assert_eq!(lines.len(), 1, "{}", out.text());
+        let line = lines[0].as_object().expect("an object");
+        for key in sluice_logs::HEAD.iter().chain(&["message"]) {
+            assert!(line.get(*key).is_some_and(serde_json::Value::is_string), "{key}: {}", out.text());
+        }
+        assert_eq!(line["level"], "WARN");
+        assert_eq!(line["target"], "sluice_operator::telemetry::tests");
+        assert_eq!(line["source"], "orders");
+        assert_eq!(line["namespace"], "shop");
+        assert_eq!(line["error"], "409 Conflict");
+    }
+}
