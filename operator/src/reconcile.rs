@@ -63,6 +63,10 @@ pub fn object_key(meta: &kube::core::ObjectMeta) -> String {
 }
 
 /// The reconciler kube-runtime calls.
+#[tracing::instrument(name = "reconcile", skip_all, fields(
+    source = %object.meta().name.as_deref().unwrap_or_default(),
+    namespace = %object.meta().namespace.as_deref().unwrap_or_default(),
+))]
 pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let key = object_key(object.meta());

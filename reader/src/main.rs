@@ -2,15 +2,14 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use sluice_crds::SqsSource;
 use sluice_reader::config::cli::{Args, LogFormat};
 use sluice_reader::config::source_file;
 use sluice_reader::process::{runtime, signals, stop::Stop};
 use sluice_reader::run;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than the system allocator: the reader's profile is flat, and allocation
 /// (`malloc`, `_int_malloc`, `malloc_consolidate`, `memmove`) was its largest item, about 15% of its CPU
@@ -32,19 +31,24 @@ fn main() -> ExitCode {
 }
 
 async fn reader(args: Args) -> ExitCode {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    match args.log_format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs.init(),
-    }
+    let format = match args.log_format {
+        LogFormat::Json => sluice_logs::Format::Json,
+        LogFormat::Text => sluice_logs::Format::Text,
+    };
+    let process = match sluice_logs::init(format, "info") {
+        Ok(process) => process,
+        Err(e) => {
+            eprintln!("sluice-reader: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let stop = Stop::new();
     signals::drain_on_signals(stop.clone());
     let outcome = match source_file::load(&args.source) {
-        Ok(source) => run::run(source, args.options(), stop).await,
+        Ok(source) => {
+            name_process(&process, &source);
+            run::run(source, args.options(), stop).await
+        }
         Err(e) => Err(e),
     };
     match outcome {
@@ -58,4 +62,14 @@ async fn reader(args: Args) -> ExitCode {
             e.to_exit()
         }
     }
+}
+
+/// Every JSON line names the source and its namespace: the source file's, else the pod's
+/// (`POD_NAMESPACE`, which the operator sets).
+fn name_process(process: &sluice_logs::ProcessFields, source: &SqsSource) {
+    let namespace = source.metadata.namespace.clone().or_else(|| std::env::var("POD_NAMESPACE").ok());
+    process.set([
+        ("source", source.metadata.name.as_deref().unwrap_or_default()),
+        ("namespace", namespace.as_deref().unwrap_or_default()),
+    ]);
 }

@@ -95,6 +95,10 @@ async fn coordinate(client: Client, metrics: Metrics, shutdown: CancellationToke
     }
 }
 
+#[tracing::instrument(name = "checkpoint_step", skip_all, fields(
+    source = %source.name_any(),
+    namespace = %source.namespace().unwrap_or_default(),
+))]
 async fn tick(
     client: &Client,
     recorder: &Recorder,

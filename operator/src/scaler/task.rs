@@ -231,6 +231,10 @@ async fn publish_replicas(
 }
 
 /// Runs `key`'s loop until the source is gone from `store` or `shutdown` fires.
+#[tracing::instrument(name = "scaler", skip_all, fields(
+    source = %key.name,
+    namespace = %key.namespace.as_deref().unwrap_or_default(),
+))]
 pub async fn run_source(
     ctx: Context,
     store: Store<SqsSource>,

@@ -13,9 +13,10 @@ use std::time::Instant;
 use futures::future::{BoxFuture, FutureExt, join_all};
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use sluice_protocol::now_ms;
+use tracing::{Instrument, Span};
 
 use crate::deliver::fifo;
-use crate::process::metrics::Metrics;
+use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::dead_letter::leaves_context_out;
@@ -101,8 +102,10 @@ impl Dispatcher {
         items: &'a [Item],
         fifo: bool,
     ) -> BoxStream<'a, Vec<(usize, Verdict)>> {
+        let spans = self.delivery_spans(items);
         if fifo {
-            let whole = async move { self.dispatch_fifo(items).await.into_iter().enumerate().collect() };
+            let whole =
+                async move { self.dispatch_fifo(items, &spans).await.into_iter().enumerate().collect() };
             return futures::stream::once(whole).boxed();
         }
         let (alone, together): (Vec<usize>, Vec<usize>) =
@@ -110,8 +113,9 @@ impl Dispatcher {
         let parts: FuturesUnordered<BoxFuture<'a, Vec<(usize, Verdict)>>> = alone
             .into_iter()
             .map(|i| {
+                let spans = spans.clone();
                 async move {
-                    let verdict = self.deliver(std::slice::from_ref(&items[i])).await.pop();
+                    let verdict = self.deliver(std::slice::from_ref(&items[i]), &spans).await.pop();
                     vec![(i, verdict.unwrap_or(Verdict::Release))]
                 }
                 .boxed()
@@ -121,12 +125,20 @@ impl Dispatcher {
             parts.push(
                 async move {
                     let batch: Vec<Item> = together.iter().map(|&i| items[i].clone()).collect();
-                    together.into_iter().zip(self.deliver(&batch).await).collect()
+                    together.into_iter().zip(self.deliver(&batch, &spans).await).collect()
                 }
                 .boxed(),
             );
         }
         parts.boxed()
+    }
+
+    /// One span per sink for one received batch (all from one queue): its lines (failures, dead
+    /// letters) name the sink and the queue. Made once per batch rather than per sink call, since
+    /// a per-record sink (http, log) is called once per message.
+    fn delivery_spans(&self, items: &[Item]) -> Arc<[Span]> {
+        let queue = items.first().map_or("", |i| queue_name(&i.record.queue_url));
+        self.sinks.sinks.iter().map(|r| tracing::info_span!("deliver", sink = r.sink.name(), queue)).collect()
     }
 
     /// Whether `item` can be settled on its own: poison (only the dead-letter sink sees it), or
@@ -136,14 +148,15 @@ impl Dispatcher {
             || self.sinks.targets(&item.record).into_iter().all(|s| self.sinks.sinks[s].sink.per_record())
     }
 
-    async fn dispatch_fifo(&self, items: &[Item]) -> Vec<Verdict> {
+    async fn dispatch_fifo(&self, items: &[Item], spans: &[Span]) -> Vec<Verdict> {
         let runs = fifo::group_runs(items.iter().map(|i| i.record.group_id.as_deref()));
         let mut verdicts = vec![Verdict::Release; items.len()];
         let results = join_all(runs.iter().map(|run| {
             fifo::in_order(
                 run,
                 |i| async move {
-                    self.deliver(std::slice::from_ref(&items[i])).await.pop().unwrap_or(Verdict::Release)
+                    let verdict = self.deliver(std::slice::from_ref(&items[i]), spans).await.pop();
+                    verdict.unwrap_or(Verdict::Release)
                 },
                 |verdict| *verdict == Verdict::Delete,
             )
@@ -159,7 +172,8 @@ impl Dispatcher {
     }
 
     /// Deliver to every sink that takes each record, then settle the rejected ones.
-    async fn deliver(&self, items: &[Item]) -> Vec<Verdict> {
+    /// `spans`: the batch's span for each sink, by index (see [`Dispatcher::delivery_spans`]).
+    async fn deliver(&self, items: &[Item], spans: &[Span]) -> Vec<Verdict> {
         let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); items.len()];
         let mut per_sink: Vec<Vec<usize>> = vec![Vec::new(); self.sinks.sinks.len()];
         for (i, item) in items.iter().enumerate() {
@@ -168,16 +182,20 @@ impl Dispatcher {
                 None => self.sinks.targets(&item.record).into_iter().for_each(|s| per_sink[s].push(i)),
             }
         }
-        let calls =
-            per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| async move {
-                let sink = &self.sinks.sinks[s].sink;
+        let calls = per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| {
+            let sink = &self.sinks.sinks[s].sink;
+            let span = spans.get(s).cloned().unwrap_or_else(Span::none);
+            let call = async move {
                 let records: Vec<Arc<Record>> = idx.iter().map(|&i| items[i].record.clone()).collect();
                 let started = Instant::now();
                 let answer = sink.deliver(&records).await;
                 self.metrics.sink_latency(sink.name(), started.elapsed());
-                (s, idx, answer)
-            });
-        for (s, idx, answer) in join_all(calls).await {
+                answer
+            };
+            call.instrument(span.clone()).map(move |answer| (s, idx, answer, span))
+        });
+        for (s, idx, answer, span) in join_all(calls).await {
+            let _in_delivery = span.enter();
             let name = self.sinks.sinks[s].sink.name();
             let acked_ms = now_ms();
             let mut delivered = 0;
@@ -209,6 +227,7 @@ impl Dispatcher {
                 outcomes[i].push(outcome);
             }
             self.metrics.delivered(name, delivered);
+            tracing::debug!(records = idx.len(), delivered, "delivered");
         }
         let mut verdicts = Vec::with_capacity(items.len());
         let mut rejected = Vec::new();

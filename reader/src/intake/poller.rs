@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use sluice_crds::PayloadFormat;
 use sluice_protocol::now_ms;
+use tracing::Instrument;
 
 use super::decode::{Decoded, decode};
 use super::limiter::Limiter;
@@ -23,6 +24,7 @@ use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::{Item, Verdict};
 use crate::payload::{Resolution, Resolver};
 use crate::process::backoff::backoff;
+use crate::process::metrics::queue_name;
 use crate::process::stop::Stop;
 use crate::record::Record;
 use crate::settle::held::{Claim, Held};
@@ -80,7 +82,14 @@ struct Retry {
 }
 
 impl Poller {
+    /// Poll until retired or stopped, every line logged meanwhile carrying the queue: one span
+    /// for the poller's whole life, not one per receive, so the hot path pays nothing for it.
     pub async fn run(self) {
+        let span = tracing::info_span!("poll", queue = queue_name(&self.queue.url), poller = self.id);
+        self.poll().instrument(span).await;
+    }
+
+    async fn poll(self) {
         self.pipeline.metrics().declare_queue(&self.queue.url);
         let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
         while !self.retire.is_cancelled() {
@@ -143,6 +152,7 @@ impl Poller {
             metrics.empty_receive(&self.queue.url);
             return if stopping { Turn::Stop } else { Turn::Again };
         }
+        tracing::debug!(messages = messages.len(), "received");
         Turn::Received { claim, messages, landed: Instant::now(), stopping }
     }
 

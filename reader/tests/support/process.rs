@@ -15,6 +15,11 @@ pub struct Reader {
 impl Reader {
     /// Start `sluice-reader --source <yaml>` with test credentials and a loopback admin port.
     pub fn start(yaml: &str, extra: &[&str]) -> Self {
+        Self::start_logging(yaml, extra, "info")
+    }
+
+    /// As [`Reader::start`], with `RUST_LOG` set to `filter`.
+    pub fn start_logging(yaml: &str, extra: &[&str], filter: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("source.yaml");
         std::fs::write(&source, yaml).unwrap();
@@ -28,7 +33,7 @@ impl Reader {
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", filter)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()
