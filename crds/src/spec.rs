@@ -52,6 +52,7 @@ use crate::status::SqsSourceStatus;
     printcolumn = r#"{"name":"Depth","type":"integer","jsonPath":".status.queue.visible","description":"Visible messages in the source's queues"}"#,
     printcolumn = r#"{"name":"Readers","type":"integer","jsonPath":".status.readyReplicas","description":"Reader pods that are ready"}"#,
     printcolumn = r#"{"name":"Guarantee","type":"string","jsonPath":".spec.delivery.guarantee","description":"Delivery guarantee"}"#,
+    printcolumn = r#"{"name":"Held","type":"integer","jsonPath":".status.held.messages","description":"Messages the readers hold: received, not yet settled"}"#,
     printcolumn = r#"{"name":"Committed","type":"integer","jsonPath":".status.committedEpoch","description":"Last committed checkpoint epoch"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"The Ready condition"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

@@ -21,8 +21,12 @@ pub struct SqsSourceStatus {
     /// while a setting works but weakens what one may expect: exactlyOnce through an http sink,
     /// whose receiver must drop repeated `ce-id`s; a FIFO source forwarded to a standard queue,
     /// which loses the order; plain http to a host that is not local), TargetsReachable (every
-    /// sink queue, dead-letter queue and bucket the spec names exists). Every type is present once
-    /// the operator has reconciled a valid source. Default empty.
+    /// sink queue, dead-letter queue and bucket the spec names exists), and SinksHealthy (False
+    /// while some reader's deliveries to a sink have failed with no success for that reader's
+    /// `--unready-after-seconds`, naming the sink, its field and target, and the last error;
+    /// Unknown while no reader has reported in the last 90 s; written a few seconds after the
+    /// readers report, with an event on each change to and from False). Every type but
+    /// SinksHealthy is present once the operator has reconciled a valid source. Default empty.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -65,6 +69,16 @@ pub struct SqsSourceStatus {
     /// Why the replica count last changed. Absent until the first scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_reason: Option<String>,
+    /// What each live reader holds (received from SQS, not yet settled), from the reports in
+    /// the readers' lease ConfigMaps, ordered by pod and at most `spec.scaling.maxReplicas`
+    /// entries (readers that reported in the last 90 s; one that stopped reporting drops out).
+    /// Readers report on a change at most every 5 s and at least every 30 s; the operator reads
+    /// the reports every 5 s. Default empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<ReaderHeld>,
+    /// What the live readers hold in total: the sums of `readers`. Absent until a reader reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldTotals>,
     /// Most recent reconcile or polling error. Absent when the last attempt succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -91,4 +105,63 @@ pub struct QueueFigures {
 pub struct Rates {
     /// Messages deleted per second, summed over the readers' reports.
     pub drain_per_second: f64,
+}
+
+/// What one reader holds and how long its messages wait, as it last reported.
+///
+/// Why per reader and bounded by `maxReplicas`: the bound is per reader (each derives its own
+/// from its rate-limit share and its measured deliveries), so a reader stuck at its bound while
+/// the others are idle shows only here; and a source has at most `maxReplicas` readers, so the
+/// list stays small. The same figures are metrics of each reader (`sluice_reader_held_*`,
+/// `sluice_reader_delivery_wait_seconds`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReaderHeld {
+    /// The reader's pod.
+    pub pod: String,
+    /// Messages received and not yet settled (delivered and deleted, released or dead-lettered).
+    pub held_messages: u64,
+    /// Body bytes of those messages.
+    pub held_bytes: u64,
+    /// The bound in force on messages held: pollers wait for room above it.
+    pub bound_messages: u64,
+    /// The bound in force on body bytes held.
+    pub bound_bytes: u64,
+    /// Messages handed to the sinks in the reader's last report interval (the time since its
+    /// previous report, 5 to 30 s; shorter under exactlyOnce, whose lease renewals carry it).
+    pub handed_off: u64,
+    /// Mean time those messages waited from their receive to their hand-off to the sinks (the
+    /// rate limit's wait), in milliseconds. Absent when none was handed off in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_mean_milliseconds: Option<u64>,
+    /// The longest of those waits, in milliseconds. Absent when none was handed off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_max_milliseconds: Option<u64>,
+}
+
+/// Sums over the readers listed in `status.readers`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldTotals {
+    /// Messages held by all live readers.
+    pub messages: u64,
+    /// Body bytes held by all live readers.
+    pub bytes: u64,
+    /// The largest `heldMessages` of one reader.
+    pub max_messages_per_reader: u64,
+}
+
+/// The data key of a reader's [`HeldReport`] in its lease ConfigMap.
+pub const HELD_REPORT_KEY: &str = "held";
+
+/// What a reader writes under [`HELD_REPORT_KEY`] in its lease ConfigMap (JSON), from which the
+/// operator makes its entry of `status.readers`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldReport {
+    /// When the reader wrote it (milliseconds since the Unix epoch): an old report is a reader
+    /// that is gone.
+    pub reported_at_ms: i64,
+    #[serde(flatten)]
+    pub reader: ReaderHeld,
 }

@@ -86,6 +86,7 @@ fn crd_has_status_subresource_short_name_and_printer_columns() {
             ("Depth", ".status.queue.visible"),
             ("Readers", ".status.readyReplicas"),
             ("Guarantee", ".spec.delivery.guarantee"),
+            ("Held", ".status.held.messages"),
             ("Committed", ".status.committedEpoch"),
             ("Ready", r#".status.conditions[?(@.type=="Ready")].status"#),
             ("Age", ".metadata.creationTimestamp"),

@@ -70,6 +70,12 @@ impl SourceYaml {
         self.set("receive", "visibilityTimeoutSeconds", seconds)
     }
 
+    /// `receive.held.maxMessages`: the most messages one reader holds.
+    pub fn held_max_messages(mut self, max: u32) -> Self {
+        self.doc["spec"]["receive"]["held"]["maxMessages"] = max.into();
+        self
+    }
+
     /// `rateLimit.messagesPerSecond` for the whole source.
     pub fn rate_limit(self, messages_per_second: u32) -> Self {
         self.set("rateLimit", "messagesPerSecond", messages_per_second)

@@ -1,12 +1,13 @@
-//! The I/O of `SinksHealthy`: every [`TICK`], for each source, list its leases, compute the
-//! verdict, and write the condition and an event when it changed.
+//! The I/O of `SinksHealthy` and `status.readers`: every [`TICK`], for each source, list its
+//! leases, write what each reader holds when it changed, compute the verdict, and write the
+//! condition and an event when it changed.
 //!
 //! Why the source's own status as memory: the condition written last is what a new leader (or a
 //! restarted operator) compares with, so a restart neither repeats an event nor misses one. The
 //! status an event was last decided on is also kept in memory, so that a condition another writer
 //! dropped is written again without a second event.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use sluice_crds::SqsSource;
 use sluice_crds::checkpoint::now_ms;
 use tokio_util::sync::CancellationToken;
 
+use super::held;
 use super::verdict::{SinksVerdict, fresh_reports, verdict};
 use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
@@ -85,6 +87,26 @@ async fn follow(client: Client, shutdown: CancellationToken) {
     }
 }
 
+/// Writes `status.readers` and `status.held` from the readers' reports when they differ from the
+/// status.
+async fn write_held<'a>(
+    client: &Client,
+    source: &SqsSource,
+    namespace: &str,
+    leases: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    now_ms: i64,
+) -> Result<(), kube::Error> {
+    let max_readers = usize::try_from(source.spec.scaling.max_replicas).unwrap_or(0).max(1);
+    let readers = held::readers(leases, now_ms, max_readers);
+    if held::shown(source, &readers) {
+        return Ok(());
+    }
+    let sources: Api<SqsSource> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams::apply(held::FIELD_MANAGER).force();
+    sources.patch_status(&source.name_any(), &params, &Patch::Apply(held::apply_body(&readers))).await?;
+    Ok(())
+}
+
 /// The source's `SinksHealthy` condition as last written.
 fn current(source: &SqsSource) -> Option<&Condition> {
     source.status.as_ref()?.conditions.iter().find(|c| c.type_ == SINKS_HEALTHY)
@@ -105,7 +127,11 @@ async fn step(
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let leases = config_maps.list(&ListParams::default().labels(&lease_selector(&name))).await?;
     let data: Vec<_> = leases.items.iter().filter_map(|cm| cm.data.as_ref()).collect();
-    let now = verdict(&source.spec, &fresh_reports(data, now_ms()));
+    let at = now_ms();
+    if let Err(error) = write_held(client, source, &namespace, data.iter().copied(), at).await {
+        tracing::warn!(%namespace, source = %name, %error, "cannot update status.readers; it goes stale");
+    }
+    let now = verdict(&source.spec, &fresh_reports(data, at));
     let previous = current(source);
     if previous.is_some_and(|c| c.status == now.status && c.reason == now.reason && c.message == now.message)
     {

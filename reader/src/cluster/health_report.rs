@@ -8,8 +8,12 @@
 //! carry the report (`lease::lease_object`); otherwise [`Reporter`] writes a ConfigMap holding only
 //! this key (no protocol keys: the coordinator ignores it).
 //!
+//! Beside it, under the key `held`, what the reader holds and how long its messages waited
+//! (`settle::held_report`), for the source's `status.readers`.
+//!
 //! Why rate-limited: a failing sink changes its counts with every message. A write is made when
-//! the set of stalled or failing sinks changes, at most every [`MIN_GAP`], and otherwise every
+//! the set of stalled or failing sinks changes, or what the reader holds halves or doubles (or its
+//! bound changes), at most every [`MIN_GAP`], and otherwise every
 //! [`REFRESH`] so that the operator can tell a live report from a dead reader's ([`KEY`] carries
 //! the time of writing).
 //!
@@ -27,6 +31,7 @@ use sluice_protocol::{lease_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{ClusterConfig, lease_metadata};
+use crate::settle::held_report;
 use crate::sink::health::{self, SinkReport};
 
 /// The data key of the report.
@@ -55,12 +60,15 @@ pub fn entry() -> (String, String) {
     encode(&health::report(), now_ms())
 }
 
-/// Per sink: its name, whether it fails, whether it is stalled.
-type Shape = Vec<(String, bool, bool)>;
+/// Per sink: its name, whether it fails, whether it is stalled; and the shape of what the reader
+/// holds (`held_report::shape`).
+type Shape = (Vec<(String, bool, bool)>, Option<(u32, usize)>);
 
-/// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled.
+/// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled,
+/// and a change of what the reader holds by about half or double, or of its bound.
 fn shape(sinks: &BTreeMap<String, SinkReport>) -> Shape {
-    sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect()
+    let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect();
+    (sinks, held_report::shape())
 }
 
 /// Whether a write is due: never before `MIN_GAP`, at `REFRESH`, and in between when the shape
@@ -87,7 +95,9 @@ impl Reporter {
             let now = Instant::now();
             let shape = shape(&sinks);
             if due(last.as_ref(), now, &shape) {
-                match self.write(encode(&sinks, now_ms())).await {
+                let now_ms = now_ms();
+                let held = held_report::entry(&self.config.pod, now_ms);
+                match self.write(encode(&sinks, now_ms), held).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("sink health reported to the operator again");
@@ -118,13 +128,17 @@ impl Reporter {
     }
 
     /// Creates the ConfigMap, or replaces it at the version read.
-    async fn write(&self, (key, value): (String, String)) -> Result<(), kube::Error> {
+    async fn write(
+        &self,
+        health: (String, String),
+        held: Option<(String, String)>,
+    ) -> Result<(), kube::Error> {
         let name = self.name();
         let current = self.config_maps.get_opt(&name).await?;
         let version = current.as_ref().and_then(|cm| cm.resource_version());
         let object = ConfigMap {
             metadata: lease_metadata(&self.config, version.clone()),
-            data: Some(BTreeMap::from([(key, value)])),
+            data: Some(BTreeMap::from_iter(std::iter::once(health).chain(held))),
             ..ConfigMap::default()
         };
         match version {
@@ -142,8 +156,9 @@ mod tests {
     #[test]
     fn writes_at_once_then_on_change_no_sooner_than_the_gap_and_at_the_refresh() {
         let t0 = Instant::now();
-        let healthy = vec![("web".to_owned(), false, false)];
-        let failing = vec![("web".to_owned(), true, false)];
+        let healthy = (vec![("web".to_owned(), false, false)], Some((3, 40)));
+        let failing = (vec![("web".to_owned(), true, false)], Some((3, 40)));
+        let fuller = (vec![("web".to_owned(), false, false)], Some((5, 40)));
         assert!(due(None, t0, &healthy), "the first report at once");
         let written = (t0, healthy.clone());
         let last = Some(&written);
@@ -151,6 +166,7 @@ mod tests {
         assert!(due(last, t0 + MIN_GAP, &failing), "a change after the gap");
         assert!(!due(last, t0 + Duration::from_secs(29), &healthy), "no change: quiet");
         assert!(due(last, t0 + REFRESH, &healthy), "the refresh");
+        assert!(due(last, t0 + MIN_GAP, &fuller), "held grew fourfold");
     }
 
     #[test]

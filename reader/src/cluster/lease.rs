@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::health_report;
 use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
+use crate::settle::held_report;
 
 /// How often the checkpoint ConfigMap is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(250);
@@ -71,9 +72,9 @@ pub struct Cluster {
     observed: Observed,
 }
 
-/// The lease ConfigMap object for `lease`, with this reader's sink health (`health_report`), so
-/// that under exactlyOnce every renewal reports it too without a write of its own (a second writer
-/// would break the lease's compare-and-swap).
+/// The lease ConfigMap object for `lease`, with this reader's sink health (`health_report`) and
+/// what it holds (`settle::held_report`), so that under exactlyOnce every renewal reports them too
+/// without a write of its own (a second writer would break the lease's compare-and-swap).
 pub fn lease_object(
     config: &ClusterConfig,
     lease: &Lease,
@@ -81,6 +82,7 @@ pub fn lease_object(
 ) -> Result<ConfigMap> {
     let mut data = lease.to_data()?;
     data.extend([health_report::entry()]);
+    data.extend(held_report::entry(&config.pod, now_ms()));
     Ok(ConfigMap {
         metadata: lease_metadata(config, resource_version),
         data: Some(data),

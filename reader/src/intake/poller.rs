@@ -184,6 +184,7 @@ impl Poller {
             () = self.limiter.acquire(items.len(), bytes) => {}
         }
         self.pipeline.metrics().held.waited(items.len(), landed.elapsed());
+        crate::settle::held_report::waited(items.len(), landed.elapsed());
         self.pipeline.deliver(tickets, items, self.queue.fifo, claim);
         true
     }

@@ -188,6 +188,7 @@ fn spawn_pollers(
     let batch = settings.receive.max_messages as usize;
     let rule = Rule::from_settings(settings);
     let held = pacing::start(rule, limiter.clone(), pipeline.metrics().clone(), stop.clone());
+    crate::settle::held_report::register(&held);
     let mut pollers = JoinSet::new();
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
         let crew = Crew {

@@ -5,6 +5,7 @@ pub mod acker;
 pub mod gate;
 pub mod heartbeat;
 pub mod held;
+pub mod held_report;
 pub mod ledger;
 pub mod pipeline;
 
