@@ -44,7 +44,10 @@ async fn reader(args: Args) -> ExitCode {
     let stop = Stop::new();
     signals::drain_on_signals(stop.clone());
     let outcome = match source_file::load(&args.source) {
-        Ok(source) => run::run(source, args.options(), stop).await,
+        Ok(source) => {
+            let options = args.options(&source);
+            run::run(source, options, stop).await
+        }
         Err(e) => Err(e),
     };
     match outcome {
