@@ -49,6 +49,22 @@ fn a_negative_rate_is_given_one_bound() {
 }
 
 #[test]
+fn the_unready_time_is_bounded_and_defaults_to_a_minute() {
+    let source = parse_source_yaml(MINIMAL).expect("valid");
+    assert_eq!(source.spec.delivery.unready_after_seconds, 60);
+    for (value, bound) in [("0", ">= 1"), ("3601", "<= 3600")] {
+        let text =
+            MINIMAL.replace("spec:\n", &format!("spec:\n  delivery:\n    unreadyAfterSeconds: {value}\n"));
+        assert_eq!(
+            yaml_error(&text),
+            format!("spec.delivery.unreadyAfterSeconds: must be {bound} (got {value})")
+        );
+    }
+    let text = MINIMAL.replace("spec:\n", "spec:\n  delivery:\n    unreadyAfterSeconds: 5\n");
+    assert_eq!(parse_source_yaml(&text).expect("valid").spec.delivery.unready_after_seconds, 5);
+}
+
+#[test]
 fn an_unknown_field_is_named_with_its_path_and_a_suggestion() {
     let text = MINIMAL.replace("spec:\n", "spec:\n  receive:\n    maxMessage: 5\n");
     let err = yaml_error(&text);

@@ -151,6 +151,8 @@ fn the_bounds_the_issue_names_are_in_the_schema() {
         ("spec.delivery.checkpointIntervalSeconds", "maximum", 3600),
         ("spec.delivery.retry.maxAttempts", "minimum", 1),
         ("spec.delivery.retry.maxAttempts", "maximum", 100),
+        ("spec.delivery.unreadyAfterSeconds", "minimum", 1),
+        ("spec.delivery.unreadyAfterSeconds", "maximum", 3600),
     ];
     for (path, keyword, limit) in wanted {
         assert!(has(path, keyword, limit), "missing {keyword} {limit} on {path}");

@@ -47,7 +47,8 @@ async fn reader(args: Args) -> ExitCode {
     let outcome = match source_file::load(&args.source) {
         Ok(source) => {
             name_process(&process, &source);
-            run::run(source, args.options(), stop).await
+            let options = args.options(&source);
+            run::run(source, options, stop).await
         }
         Err(e) => Err(e),
     };

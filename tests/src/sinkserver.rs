@@ -5,6 +5,10 @@
 //! (duplicates = 0). This server keeps both figures, keyed by `ce-id` (the SQS MessageId), so a test or
 //! the demo can check them instead of trusting the reader's own metrics. It binds wherever it is told
 //! (tests pass `127.0.0.1:0`) and keeps every event in memory in arrival order.
+//!
+//! It can also refuse on demand ([`SinkServer::refuse`]): a receiver that answers 4xx or 5xx to every
+//! event, or only to poison bodies, until told to accept again. The failure tests need a sink that is
+//! broken in a way they can switch off, to see the reader and the operator recover.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,6 +48,16 @@ pub struct SinkStats {
     pub duplicates: u64,
     /// Requests refused with 400 because they were not binary-mode CloudEvents.
     pub rejected: u64,
+    /// Well-formed events answered with the status set by [`SinkServer::refuse`].
+    pub refused: u64,
+}
+
+/// Which events the sink refuses, and with what status.
+#[derive(Debug, Clone)]
+struct Refusal {
+    status: StatusCode,
+    /// Only bodies containing this (empty: every body).
+    marker: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -52,6 +66,7 @@ struct Shared {
     changed: Notify,
     /// How long each accepted request takes to answer (a receiver doing real work).
     latency: Duration,
+    refusal: Mutex<Option<Refusal>>,
 }
 
 #[derive(Default)]
@@ -62,6 +77,15 @@ struct Record {
 }
 
 impl Shared {
+    /// The status to refuse `body` with, if the sink refuses it now.
+    fn refusal_of(&self, body: &[u8]) -> Option<StatusCode> {
+        let refusal = self.refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let refusal = refusal.as_ref()?;
+        let matches =
+            refusal.marker.is_empty() || body.windows(refusal.marker.len()).any(|w| w == refusal.marker);
+        matches.then_some(refusal.status)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Record> {
         // A panic while holding the lock leaves plain counters behind, still worth reading.
         self.record.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -99,6 +123,18 @@ impl SinkServer {
                 .into_future(),
         );
         Ok(Self { addr, shared, shutdown, task })
+    }
+
+    /// From now on answers `status` (4xx: a permanent refusal; 5xx: an outage) to every event whose
+    /// body contains `marker` (an empty marker: every event), without recording it.
+    pub fn refuse(&self, status: StatusCode, marker: &str) {
+        let refusal = Refusal { status, marker: marker.as_bytes().to_vec() };
+        *self.shared.refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(refusal);
+    }
+
+    /// From now on accepts every well-formed event again.
+    pub fn accept_all(&self) {
+        *self.shared.refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
     /// The bound address.
@@ -169,6 +205,10 @@ async fn accept(
     if !shared.latency.is_zero() {
         tokio::time::sleep(shared.latency).await;
     }
+    if let Some(status) = shared.refusal_of(&body) {
+        shared.lock().stats.refused += 1;
+        return (status, "refused by the test sink\n");
+    }
     let event = Event { id, source: header("ce-source"), event_type: header("ce-type"), body };
     {
         let mut record = shared.lock();
@@ -209,12 +249,31 @@ mod tests {
         assert_eq!(post(&client, &sink.url(), None).await, StatusCode::BAD_REQUEST);
 
         let stats = sink.wait_for_distinct(2, Duration::from_secs(5)).await.expect("two ids");
-        assert_eq!(stats, SinkStats { accepted: 3, distinct: 2, duplicates: 1, rejected: 1 });
+        assert_eq!(stats, SinkStats { accepted: 3, distinct: 2, duplicates: 1, rejected: 1, refused: 0 });
         let events = sink.events();
         assert_eq!(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["a", "b", "a"]);
         assert_eq!(events[0].body, Bytes::from_static(b"payload"));
         assert_eq!(sink.events_from(2).len(), 1);
         assert!(sink.wait_for_distinct(3, Duration::from_millis(100)).await.is_err());
         assert_eq!(sink.stop().await.expect("stopped").accepted, 3);
+    }
+
+    #[tokio::test]
+    async fn refuses_marked_bodies_or_everything_until_told_to_accept() {
+        let sink = SinkServer::start("127.0.0.1:0").await.expect("bound");
+        let client = reqwest::Client::new();
+        let post_body = |id: &'static str, body: &'static str| {
+            let request = client.post(sink.url()).body(body);
+            request.header("ce-id", id).header("ce-specversion", "1.0").send()
+        };
+        sink.refuse(StatusCode::BAD_REQUEST, "poison");
+        assert_eq!(post_body("a", "poison pill").await.expect("sent").status().as_u16(), 400);
+        assert_eq!(post_body("b", "fine").await.expect("sent").status().as_u16(), 200);
+        sink.refuse(StatusCode::SERVICE_UNAVAILABLE, "");
+        assert_eq!(post_body("c", "fine").await.expect("sent").status().as_u16(), 503);
+        sink.accept_all();
+        assert_eq!(post_body("a", "poison pill").await.expect("sent").status().as_u16(), 200);
+        let stats = sink.stop().await.expect("stopped");
+        assert_eq!((stats.accepted, stats.distinct, stats.refused), (2, 2, 2));
     }
 }

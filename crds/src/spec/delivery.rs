@@ -20,8 +20,9 @@ pub enum Guarantee {
     ExactlyOnce,
 }
 
-/// Delivery settings. Default: at-least-once, dead-letter on failure, exponential retries.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+/// Delivery settings. Default: at-least-once, dead-letter on failure, exponential retries,
+/// unready after 60 s without a successful delivery.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.guarantee != 'exactlyOnce' || has(self.checkpointIntervalSeconds)")
     .field_path(".checkpointIntervalSeconds")
     .reason(Reason::FieldValueRequired)
@@ -47,6 +48,29 @@ pub struct DeliverySpec {
     /// jitter, 60 s overall.
     #[serde(default)]
     pub retry: RetrySpec,
+    /// Seconds without a successful delivery, while deliveries fail, after which a reader
+    /// reports not ready (`/readyz` 503) and the source's `SinksHealthy` condition turns False,
+    /// 1-3600. A short time pages sooner; a long one rides out brief sink outages quietly.
+    /// Default 60.
+    #[serde(default = "default_unready_after_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub unready_after_seconds: u32,
+}
+
+fn default_unready_after_seconds() -> u32 {
+    60
+}
+
+impl Default for DeliverySpec {
+    fn default() -> Self {
+        Self {
+            guarantee: Guarantee::default(),
+            checkpoint_interval_seconds: None,
+            fail_on_error: false,
+            retry: RetrySpec::default(),
+            unready_after_seconds: default_unready_after_seconds(),
+        }
+    }
 }
 
 /// Retry backoff: `fixed` (every delay is `initialDelayMs`) or `exponential` (doubling from

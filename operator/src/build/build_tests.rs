@@ -82,6 +82,7 @@ fn the_reader_runs_in_kubernetes_mode_with_the_mounted_source() {
         )
     );
     assert!(args.contains("--shutdown-deadline-seconds 25"), "{args}");
+    assert!(args.contains("--unready-after-seconds 60"), "the default: {args}");
     let d = json(&c.deployment);
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["terminationGracePeriodSeconds"], 35);
@@ -133,6 +134,7 @@ fn secret_credentials_are_referenced_never_copied() {
     assert_eq!(r.image.as_deref(), Some("registry.example/sluice:1.2.3"));
     let args = r.args.clone().unwrap_or_default().join(" ");
     assert!(args.contains("--shutdown-deadline-seconds 40"), "{args}");
+    assert!(args.contains("--unready-after-seconds 15"), "spec.delivery.unreadyAfterSeconds: {args}");
 }
 
 #[test]

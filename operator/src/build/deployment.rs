@@ -101,6 +101,7 @@ fn container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
 fn base_container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
     let source_path = format!("{}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_KEY);
     let admin_addr = format!("0.0.0.0:{}", names::READER_ADMIN_PORT);
+    let unready_after = valid.source.spec.delivery.unready_after_seconds.to_string();
     Container {
         name: names::READER_CONTAINER.to_owned(),
         image: Some(valid.image.clone()),
@@ -116,6 +117,8 @@ fn base_container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
                 &admin_addr,
                 "--shutdown-deadline-seconds",
                 &deadline_seconds.to_string(),
+                "--unready-after-seconds",
+                &unready_after,
                 "--log-format",
                 "json",
             ]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use sluice_crds::SqsSource;
 
 use super::options::{Coordination, Options};
 
@@ -49,8 +50,9 @@ pub struct Args {
     pub shutdown_deadline_seconds: u64,
 
     /// /readyz answers 503 while deliveries fail and none has succeeded for this many seconds.
-    #[arg(long, default_value_t = 60)]
-    pub unready_after_seconds: u64,
+    /// Default: the source's spec.delivery.unreadyAfterSeconds (60 unless set there).
+    #[arg(long)]
+    pub unready_after_seconds: Option<u64>,
 
     /// Log format on stderr (filter with RUST_LOG).
     #[arg(long, value_enum, default_value = "text")]
@@ -58,7 +60,11 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn options(&self) -> Options {
+    /// The options for running `source`: a flag left out takes the value the spec gives.
+    pub fn options(&self, source: &SqsSource) -> Options {
+        let unready_after_seconds = self
+            .unready_after_seconds
+            .unwrap_or_else(|| u64::from(source.spec.delivery.unready_after_seconds));
         let reader_id = std::env::var("POD_NAME")
             .ok()
             .filter(|n| !n.is_empty())
@@ -67,7 +73,7 @@ impl Args {
             admin_addr: self.admin_addr.clone(),
             admin_addr_file: self.admin_addr_file.clone(),
             shutdown_deadline: Duration::from_secs(self.shutdown_deadline_seconds),
-            unready_after: Duration::from_secs(self.unready_after_seconds),
+            unready_after: Duration::from_secs(unready_after_seconds),
             reader_id,
             coordination: match self.coordination {
                 CoordinationArg::Standalone => Coordination::Standalone,
@@ -81,6 +87,18 @@ impl Args {
 mod tests {
     use super::*;
 
+    fn source(delivery: &str) -> SqsSource {
+        let yaml = format!(
+            "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: s}}\nspec:\n  \
+             queues: [{{url: 'http://127.0.0.1:4566/queue/us-east-1/000000000000/q'}}]\n  \
+             sinks: [{{name: out, log: {{}}}}]\n{delivery}"
+        );
+        match sluice_crds::validate::parse_source_yaml(&yaml) {
+            Ok(source) => source,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     #[test]
     fn defaults_follow_the_contract() {
         let args = Args::try_parse_from(["sluice-reader", "--source", "s.yaml"]).unwrap();
@@ -88,8 +106,9 @@ mod tests {
         assert_eq!(args.admin_addr, "0.0.0.0:9090");
         assert_eq!(args.shutdown_deadline_seconds, 20);
         assert_eq!(args.log_format, LogFormat::Text);
-        let options = args.options();
+        let options = args.options(&source(""));
         assert_eq!(options.shutdown_deadline, Duration::from_secs(20));
+        assert_eq!(options.unready_after, Duration::from_secs(60));
         assert_eq!(options.coordination, Coordination::Standalone);
     }
 
@@ -109,5 +128,15 @@ mod tests {
         assert_eq!(args.admin_addr_file, Some(PathBuf::from("/tmp/a")));
         assert_eq!(args.log_format, LogFormat::Json);
         assert!(Args::try_parse_from(["sluice-reader"]).is_err(), "--source is required");
+    }
+
+    #[test]
+    fn the_unready_time_comes_from_the_spec_unless_the_flag_says_otherwise() {
+        let spec = source("  delivery: {unreadyAfterSeconds: 7}\n");
+        let args = Args::try_parse_from(["sluice-reader", "--source", "s.yaml"]).unwrap();
+        assert_eq!(args.options(&spec).unready_after, Duration::from_secs(7));
+        let args = Args::try_parse_from(["sluice-reader", "--source", "s.yaml", "--unready-after-seconds=3"])
+            .unwrap();
+        assert_eq!(args.options(&spec).unready_after, Duration::from_secs(3));
     }
 }
