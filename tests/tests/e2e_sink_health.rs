@@ -33,8 +33,12 @@ const MESSAGES: usize = 5;
 const UNREADY_AFTER_SECONDS: u32 = 5;
 /// How long each fault is held before it is removed.
 const FAULT: Duration = Duration::from_secs(30);
-/// Receives of one message within [`FAULT`] under the schedule 1 + 2 + 4 + 8 + 16 s.
-const RECEIVES_PER_MESSAGE: f64 = 5.0;
+/// The most receives of one message within `window` of its first: a release comes back after 1, 2,
+/// 4, 8, 16 ... s, so the n-th receive is at least 2^(n-1) - 1 s after the first (5 in 30 s, 6 from
+/// 31 s on). Worked out from the window actually measured, so a slow scrape cannot fail the test.
+fn receives_within(window: Duration) -> f64 {
+    1.0 + (window.as_secs_f64() + 1.0).log2().floor()
+}
 /// A body only the dead-letter case sends once the fault is gone; the sink refuses the others.
 const CANARY: &str = "canary";
 /// What every body [`TestQueue::send_batch`] sends contains, and [`CANARY`] does not.
@@ -74,6 +78,7 @@ struct Figures {
     to_false: Duration,
     false_message: String,
     receives_per_message: f64,
+    receive_bound: f64,
     warnings: BTreeMap<String, usize>,
     warn_secs: u64,
     to_ready: Duration,
@@ -245,10 +250,12 @@ spec:
 
         tokio::time::sleep(FAULT.saturating_sub(fault.elapsed())).await;
         let received = reader_metric(system, name, "sluice_reader_received_messages_total").await?;
+        let window = fault.elapsed();
         let receives_per_message = received / MESSAGES as f64;
+        let receive_bound = receives_within(window);
         ensure!(
-            received <= MESSAGES as f64 * RECEIVES_PER_MESSAGE,
-            "{name}: {received} receives of {MESSAGES} messages in {FAULT:?}; logs under {}",
+            received <= MESSAGES as f64 * receive_bound,
+            "{name}: {received} receives of {MESSAGES} messages in {window:?} (bound {receive_bound} each); logs under {}",
             system.state_dir().display()
         );
 
@@ -277,6 +284,7 @@ spec:
             to_false,
             false_message: condition.message,
             receives_per_message,
+            receive_bound,
             warnings,
             warn_secs,
             to_ready,
@@ -290,13 +298,14 @@ impl Figures {
         let bound = 2 + self.warn_secs / 10;
         println!(
             "{name}: /readyz 503 after {:.1} s, SinksHealthy False after {:.1} s ({}); {:.1} receives per \
-             message in {} s (bound {RECEIVES_PER_MESSAGE}); WARN lines per sink and kind in {} s {:?} (bound {bound} each); \
+             message in {} s (bound {}); WARN lines per sink and kind in {} s {:?} (bound {bound} each); \
              after the fix /readyz 200 in {:.1} s, SinksHealthy True in {:.1} s",
             self.to_unready.as_secs_f64(),
             self.to_false.as_secs_f64(),
             self.false_message,
             self.receives_per_message,
             FAULT.as_secs(),
+            self.receive_bound,
             self.warn_secs,
             self.warnings,
             self.to_ready.as_secs_f64(),
