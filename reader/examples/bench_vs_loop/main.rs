@@ -13,6 +13,10 @@
 //! separate processes, and their CPU is read the same way, from /proc/<pid>/stat while they run,
 //! over the timed window: from the first event at the sink to the moment SQS reports the queue
 //! empty. Filling the queue and starting the process are outside the window.
+//!
+//! `--reader A,B,...` runs several reader builds (e.g. release profiles) in the same rounds, each
+//! beside the same loop, so their memory and CPU compare under the same load; the summary gives
+//! each one's ratios to the loop and to the first reader.
 
 #![forbid(unsafe_code)]
 
@@ -78,9 +82,10 @@ struct CompareArgs {
     /// LocalStack endpoint.
     #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
     endpoint: String,
-    /// The reader binary; default: `sluice-reader` next to this example's directory.
-    #[arg(long)]
-    reader: Option<PathBuf>,
+    /// The reader binaries, comma-separated (labelled reader, reader2, ... in that order);
+    /// default: `sluice-reader` next to this example's directory.
+    #[arg(long, value_delimiter = ',')]
+    reader: Vec<PathBuf>,
     /// Round trips (ms) added between the consumers and LocalStack by a latency proxy (10%
     /// jitter), each measured in its own set of rounds; 0 means no proxy. E.g. `0,5,20,50`.
     #[arg(long, value_delimiter = ',', default_value = "0")]
@@ -138,14 +143,14 @@ async fn main() -> Result<(), String> {
 }
 
 async fn compare(args: CompareArgs) -> Result<(), String> {
-    let reader = match &args.reader {
-        Some(path) => path.clone(),
-        None => default_reader()?,
+    let readers = match args.reader.is_empty() {
+        true => vec![default_reader()?],
+        false => args.reader.clone(),
     };
-    if !reader.exists() {
+    if let Some(missing) = readers.iter().find(|r| !r.exists()) {
         return Err(format!(
             "{} does not exist: cargo build --release -p sluice-reader --bin sluice-reader",
-            reader.display()
+            missing.display()
         ));
     }
     let client = queue::client(&args.endpoint);
@@ -158,17 +163,17 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
     let sink = CountingSink::default();
     let sink_url = sink.start().await.map_err(|e| format!("sink: {e}"))?;
     let ticks = proc_stat::ticks_per_second();
-    report::header(&args.endpoint, &reader, args.messages, args.runs, args.pollers, args.wait_seconds);
+    report::header(&args.endpoint, &readers, args.messages, args.runs, args.pollers, args.wait_seconds);
 
     let mut samples = Vec::new();
     for &rtt_ms in &args.rtt_ms {
         let rtt = Duration::from_millis(rtt_ms);
         for round in 0..args.runs {
-            let order = if round % 2 == 0 {
-                [Consumer::Reader, Consumer::Baseline]
-            } else {
-                [Consumer::Baseline, Consumer::Reader]
-            };
+            // Each round starts with a different consumer, so none always runs first.
+            let mut order: Vec<Consumer> = (0..readers.len()).map(Consumer::Reader).collect();
+            order.push(Consumer::Baseline);
+            let first = round % order.len();
+            order.rotate_left(first);
             for consumer in order {
                 // Fresh proxies per run, so the counts are this consumer's alone.
                 let calls = Arc::new(SqsCalls::default());
@@ -186,7 +191,7 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
                 let consumer_sink = sink_proxy.as_ref().map_or(sink_url.clone(), |p| format!("{}/", p.url()));
                 let run = Run {
                     args: &args,
-                    reader: &reader,
+                    readers: &readers,
                     sink: &sink,
                     sink_url: &consumer_sink,
                     endpoint: &endpoint,
@@ -234,7 +239,7 @@ fn default_reader() -> Result<PathBuf, String> {
 
 struct Run<'a> {
     args: &'a CompareArgs,
-    reader: &'a PathBuf,
+    readers: &'a [PathBuf],
     sink: &'a CountingSink,
     sink_url: &'a str,
     /// Where the consumer reaches SQS: LocalStack itself or a latency proxy in front of it.
@@ -307,7 +312,7 @@ impl Run<'_> {
         stop(&mut child);
         let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
         outcome.map(|mut sample| {
-            if consumer == Consumer::Reader {
+            if matches!(consumer, Consumer::Reader(_)) {
                 sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers);
             }
             sample
@@ -340,7 +345,7 @@ impl Run<'_> {
     fn spawn(&self, consumer: Consumer, url: &str, dir: &tempfile::TempDir) -> Result<Child, String> {
         let a = self.args;
         let mut command = match consumer {
-            Consumer::Reader => {
+            Consumer::Reader(which) => {
                 let source = dir.path().join("source.yaml");
                 let yaml = format!(
                     "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bench}}\nspec:\n  \
@@ -354,7 +359,7 @@ impl Run<'_> {
                     a.pollers * 10
                 );
                 std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
-                let mut c = Command::new(self.reader);
+                let mut c = Command::new(&self.readers[which]);
                 c.arg("--source")
                     .arg(&source)
                     .arg("--admin-addr=127.0.0.1:0")
