@@ -151,7 +151,8 @@ fn check_drains(system: &System) -> Result<(usize, usize)> {
         let (mut sigterm, mut draining, mut left) = (false, false, None);
         for line in text.lines() {
             let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-            let fields = &value["fields"];
+            // Both binaries write flat JSON lines: the message and the fields at the top level.
+            let fields = &value;
             let message = fields["message"].as_str().unwrap_or_default();
             if message.contains("drain deadline reached") {
                 bail!("{name}: a drain was cut off: {line}");

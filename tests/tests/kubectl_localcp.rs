@@ -119,7 +119,7 @@ async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Re
         })
         .await?;
     let header: Vec<&str> = got.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "DEPTH", "READERS", "GUARANTEE", "COMMITTED", "READY", "AGE"]);
+    assert_eq!(header, ["NAME", "DEPTH", "READERS", "GUARANTEE", "HELD", "COMMITTED", "READY", "AGE"]);
     assert!(got.lines().nth(1).is_some_and(|row| row.contains("atLeastOnce")), "{got}");
 
     let described = kubectl

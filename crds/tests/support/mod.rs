@@ -110,6 +110,11 @@ pub fn full() -> Value {
         "status": {
             "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "desiredReplicas": 1,
             "currentEpoch": 2, "committedEpoch": 1,
+            "readers": [{
+                "pod": "full-reader-0", "heldMessages": 12, "heldBytes": 1200, "boundMessages": 40,
+                "boundBytes": 67108864, "handedOff": 100, "waitMeanMilliseconds": 20, "waitMaxMilliseconds": 90
+            }],
+            "held": {"messages": 12, "bytes": 1200, "maxMessagesPerReader": 12},
             "conditions": [{
                 "type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
                 "lastTransitionTime": "2026-01-01T00:00:00Z"
