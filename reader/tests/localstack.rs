@@ -96,7 +96,11 @@ async fn fail_on_error_stops_with_exit_3_and_keeps_the_poison() {
     assert!(reader.stderr().contains("failOnError"), "{}", reader.stderr());
     let left = sqs.drain(&queue).await;
     let bodies: Vec<&str> = left.iter().filter_map(|m| m.body()).collect();
-    assert!(bodies.contains(&"poison-stop"), "the poison message stays in the source queue: {bodies:?}");
+    let stderr = reader.stderr();
+    assert!(
+        bodies.contains(&"poison-stop"),
+        "the poison message is visible again at once: {bodies:?}\n{stderr}"
+    );
 }
 
 #[tokio::test]

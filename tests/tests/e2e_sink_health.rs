@@ -245,8 +245,7 @@ spec:
         if self.fault == Fault::MissingBucket {
             ensure!(condition.message.contains(&self.bucket), "{name}: {}", condition.message);
         }
-        let events = sink_events(system, name).await?;
-        ensure!(events.contains(&("Warning".into(), "SinksUnhealthy".into())), "{name}: events {events:?}");
+        wait_event(system, name, ("Warning", "SinksUnhealthy")).await?;
 
         tokio::time::sleep(FAULT.saturating_sub(fault.elapsed())).await;
         let received = reader_metric(system, name, "sluice_reader_received_messages_total").await?;
@@ -267,8 +266,7 @@ spec:
                 wait_condition(system, name, "True", Duration::from_secs(90)).await.map(|_| fixed.elapsed())
             },
         )?;
-        let events = sink_events(system, name).await?;
-        ensure!(events.contains(&("Normal".into(), "SinksHealthy".into())), "{name}: events {events:?}");
+        wait_event(system, name, ("Normal", "SinksHealthy")).await?;
         let warnings = sink_warnings(system.state_dir(), name);
         let warn_secs = fault.elapsed().as_secs();
         let bound = 2 + warn_secs as usize / 10;
@@ -343,6 +341,22 @@ async fn wait_condition(system: &System, name: &str, status: &str, timeout: Dura
                 "{name}: SinksHealthy is not {status} after {timeout:?}; logs under {}",
                 system.state_dir().display()
             );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits for the sink health follower's event of `kind` (type, reason). The operator writes the
+/// condition first and the event right after it, so a reader of the condition may be a moment early.
+async fn wait_event(system: &System, name: &str, kind: (&str, &str)) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let events = sink_events(system, name).await?;
+        if events.iter().any(|(type_, reason)| (type_.as_str(), reason.as_str()) == kind) {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("{name}: no {} {} event in 30 s after the condition; events {events:?}", kind.0, kind.1);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

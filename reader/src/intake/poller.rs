@@ -34,10 +34,14 @@ use crate::settle::{Arrival, Pipeline};
 /// How often a poller looks again whether the gate lets it receive.
 const GATE_WAIT: Duration = Duration::from_millis(100);
 
-/// How long a receive already sent may still take to land once the reader is stopping. Short, so
-/// an idle reader (its long poll waiting on an empty queue) stops at once; a message SQS hands
-/// to a receive abandoned after this comes back after its visibility timeout.
+/// How long a receive already sent may still take to land once the reader is stopping, when the
+/// reader has nothing to hand back. Short, so an idle reader (its long poll waiting on an empty
+/// queue) stops at once; a message SQS hands to a receive abandoned after this comes back after
+/// its visibility timeout.
 const RECEIVE_GRACE: Duration = Duration::from_millis(300);
+/// How often a stopping poller whose receive is still out looks whether the reader still has
+/// messages to hand back.
+const HAND_BACK_CHECK: Duration = Duration::from_millis(50);
 
 /// Backoff after a failed receive.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
@@ -127,9 +131,9 @@ impl Poller {
         let (answer, stopping) = tokio::select! {
             biased;
             answer = &mut receive => (answer, false),
-            () = stop.stopped() => match tokio::time::timeout(RECEIVE_GRACE, &mut receive).await {
-                Ok(answer) => (answer, true),
-                Err(_) => return Turn::Stop,
+            () = stop.stopped() => match self.land_after_stop(&mut receive).await {
+                Some(answer) => (answer, true),
+                None => return Turn::Stop,
             },
         };
         let messages = match answer {
@@ -154,6 +158,23 @@ impl Poller {
         }
         tracing::debug!(messages = messages.len(), "received");
         Turn::Received { claim, messages, landed: Instant::now(), stopping }
+    }
+
+    /// Let a receive that was on the wire at the stop land. SQS keeps a long poll open after the
+    /// client hangs up and hands it whatever becomes visible, which then stays hidden for a
+    /// visibility timeout: the very messages the drain hands back once the pollers are done. So
+    /// while the reader has any to hand back, wait for the answer (the drain's deadline bounds
+    /// it); with none, only briefly. `None`: abandoned.
+    async fn land_after_stop<F: Future + Unpin>(&self, receive: &mut F) -> Option<F::Output> {
+        if let Ok(answer) = tokio::time::timeout(RECEIVE_GRACE, &mut *receive).await {
+            return Some(answer);
+        }
+        while self.pipeline.lock_ledger().to_hand_back() > 0 {
+            if let Ok(answer) = tokio::time::timeout(HAND_BACK_CHECK, &mut *receive).await {
+                return Some(answer);
+            }
+        }
+        None
     }
 
     /// Admit a received batch, wait for the rate limit, and hand it to a delivery task. `false`:

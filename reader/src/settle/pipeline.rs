@@ -167,13 +167,18 @@ impl Pipeline {
             for ((ticket, verdict), item) in tickets.iter().zip(verdicts).zip(items) {
                 let receipt = match verdict {
                     Verdict::Delete => ledger.acked(*ticket),
-                    Verdict::Release | Verdict::Stop { .. } => ledger.release(*ticket),
+                    Verdict::Release => ledger.release(*ticket),
+                    // Left in work: the drain hands it back (`release_all`) once the pollers have
+                    // stopped. Released now, it would be visible again while long polls of this
+                    // very reader are still out, and one abandoned at the stop would hide it for a
+                    // whole visibility timeout from whoever runs next.
+                    Verdict::Stop { .. } => None,
                 };
                 match (verdict, receipt) {
                     (Verdict::Delete, Some(receipt)) => self.acker.delete(*ticket, receipt),
                     // A failed delivery comes back later (growing with its receive count). Once the
-                    // reader is stopping, a release is a hand-back (a record the sinks never started,
-                    // or a failOnError stop): at once, for whoever runs next.
+                    // reader is stopping, a release is a hand-back (a record the sinks never
+                    // started): at once, for whoever runs next.
                     (Verdict::Release, Some(receipt)) if !self.stop.token().is_cancelled() => {
                         self.acker.retry_later(*ticket, receipt, item.record.receive_count)
                     }
