@@ -26,6 +26,7 @@ pub mod names;
 pub mod pod_checks;
 pub mod queue_check;
 pub mod reconcile;
+pub mod source_ticks;
 pub mod status;
 pub mod telemetry;
 pub mod validate;

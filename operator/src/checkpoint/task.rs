@@ -25,6 +25,7 @@ use super::FIELD_MANAGER;
 use super::body;
 use super::metrics::{Metrics, SourceLabels};
 use super::plan::{CheckpointStatus, plan, read_checkpoint};
+use crate::source_ticks::{FailingSources, SourceTicks};
 
 /// How often every source's checkpoint is stepped.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -61,30 +62,20 @@ async fn coordinate(client: Client, metrics: Metrics, shutdown: CancellationToke
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let sources: Api<SqsSource> = Api::all(client.clone());
+    let mut ticks = SourceTicks::new(client.clone(), TICK, "checkpoint", "no epoch is opened or committed");
     let mut reported: HashMap<(String, String), Reported> = HashMap::new();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(TICK) => {}
-        }
-        let list = match sources.list(&ListParams::default()).await {
-            Ok(list) => list,
-            Err(error) => {
-                tracing::warn!(%error, "checkpoint coordinator cannot list SqsSources");
-                continue;
-            }
-        };
+    let mut failing = FailingSources::default();
+    while let Some(sources) = ticks.next(&shutdown).await {
         let mut seen = HashSet::new();
-        for source in list.items.iter().filter(|s| s.spec.delivery.guarantee == Guarantee::ExactlyOnce) {
+        for source in sources.iter().filter(|s| s.spec.delivery.guarantee == Guarantee::ExactlyOnce) {
             let key = (source.namespace().unwrap_or_default(), source.name_any());
             seen.insert(key.clone());
             let state = reported.entry(key.clone()).or_default();
-            if let Err(error) = tick(&client, &recorder, &metrics, source, state).await {
-                tracing::warn!(namespace = %key.0, source = %key.1, %error, "checkpoint step failed");
-            }
+            let result = tick(&client, &recorder, &metrics, source, state).await;
+            failing.record(&key, result, "checkpoint step");
         }
         // Sources deleted or no longer exactlyOnce: no series, no memory of them.
+        failing.retain(&seen);
         reported.retain(|key, _| {
             let kept = seen.contains(key);
             if !kept {

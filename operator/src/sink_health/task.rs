@@ -27,6 +27,7 @@ use super::verdict::{SinksVerdict, fresh_reports, verdict};
 use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
 use crate::scaler::drain::lease_selector;
+use crate::source_ticks::{FailingSources, SourceTicks};
 
 /// How often the reports are read. Readers write at most every 5 s, so a faster tick would see
 /// nothing new.
@@ -49,39 +50,21 @@ async fn follow(client: Client, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let sources: Api<SqsSource> = Api::all(client.clone());
+    let mut ticks = SourceTicks::new(client.clone(), TICK, "sink health", "SinksHealthy conditions go stale");
     // The status each source's condition last had, for events; first taken from the object.
     let mut known: HashMap<(String, String), String> = HashMap::new();
-    let mut failing_list = false;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(TICK) => {}
-        }
-        let list = match sources.list(&ListParams::default()).await {
-            Ok(list) => list,
-            Err(error) => {
-                if !failing_list {
-                    tracing::warn!(%error, "sink health: cannot list SqsSources; SinksHealthy conditions go stale");
-                }
-                failing_list = true;
-                continue;
-            }
-        };
-        failing_list = false;
+    let mut failing = FailingSources::default();
+    while let Some(sources) = ticks.next(&shutdown).await {
         let keys: Vec<_> =
-            list.items.iter().map(|s| (s.namespace().unwrap_or_default(), s.name_any())).collect();
+            sources.iter().map(|s| (s.namespace().unwrap_or_default(), s.name_any())).collect();
         known.retain(|key, _| keys.contains(key));
-        for source in list.items.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
+        failing.retain(&keys.iter().cloned().collect());
+        for source in sources.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
             let key = (source.namespace().unwrap_or_default(), source.name_any());
             let before = known.get(&key).cloned().or_else(|| current(source).map(|c| c.status.clone()));
-            match step(&client, &recorder, source, before.as_deref()).await {
-                Ok(Some(status)) => {
-                    known.insert(key, status);
-                }
-                Ok(None) => {}
-                Err(error) => tracing::warn!(namespace = %key.0, source = %key.1, %error,
-                    "sink health: cannot update SinksHealthy"),
+            let result = step(&client, &recorder, source, before.as_deref()).await;
+            if let Some(Some(status)) = failing.record(&key, result, "sink health: updating SinksHealthy") {
+                known.insert(key, status);
             }
         }
     }
