@@ -175,6 +175,9 @@ impl Dispatcher {
     /// `spans`: the batch's span for each sink, by index (see [`Dispatcher::delivery_spans`]).
     async fn deliver(&self, items: &[Item], spans: &[Span]) -> Vec<Verdict> {
         let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); items.len()];
+        // The sinks that refused each record, with their reasons: they count against a sink's
+        // health only if the record cannot be settled (see `settle_rejected`).
+        let mut refusals: Vec<Vec<(&str, String)>> = vec![Vec::new(); items.len()];
         let mut per_sink: Vec<Vec<usize>> = vec![Vec::new(); self.sinks.sinks.len()];
         for (i, item) in items.iter().enumerate() {
             match &item.poison {
@@ -214,7 +217,7 @@ impl Dispatcher {
                         health::delivered(name);
                     }
                     Outcome::Rejected { reason } => {
-                        health::failed(name, reason);
+                        refusals[i].push((name, reason.clone()));
                         self.metrics.sink_error(name, "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
@@ -245,6 +248,16 @@ impl Dispatcher {
             }
         }
         for (i, verdict) in self.settle_rejected(items, rejected).await {
+            // A sink that refuses a poison record the dead-letter sink then takes is working: it
+            // said the record is bad, and the record is settled. Counted as a failure, one poison
+            // message followed by a quiet queue would leave the sink "failing" with no success to
+            // clear it, and the reader unready. A refusal that settles nothing (no dead-letter
+            // sink, or it failed too) is a failure.
+            if verdict != Verdict::Delete {
+                for (sink, reason) in &refusals[i] {
+                    health::failed(sink, reason);
+                }
+            }
             verdicts[i] = verdict;
         }
         verdicts

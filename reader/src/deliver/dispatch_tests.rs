@@ -114,6 +114,25 @@ async fn a_dead_letter_sink_that_fails_leaves_the_record_in_the_queue() {
     assert_eq!(verdicts, vec![Verdict::Release]);
 }
 
+/// A sink refusing a poison record that the dead-letter sink takes is not failing (a quiet queue
+/// after one bad message must not leave the reader unready); with no dead-letter sink it is.
+#[tokio::test]
+async fn a_refusal_counts_against_the_sink_only_while_the_record_stays_unsettled() {
+    let (settled, dlq) = (Scripted::new("refuses-settled"), Scripted::taking_all("dlq-settled"));
+    dispatcher(settled, Some(dlq), false).dispatch(&[item("c", "reject", None)], false).await;
+    let unsettled = Scripted::new("refuses-unsettled");
+    dispatcher(unsettled, None, false).dispatch(&[item("d", "reject", None)], false).await;
+    let report = crate::sink::health::report();
+    assert_eq!(report["refuses-unsettled"].failures_since, 1);
+    assert_eq!(report["refuses-unsettled"].last_error.as_deref(), Some("HTTP 400"));
+    assert!(
+        report.get("refuses-settled").is_none_or(|r| r.failures_since == 0),
+        "{:?}",
+        report.get("refuses-settled")
+    );
+    assert_eq!(report["dlq-settled"].failures_since, 0);
+}
+
 #[tokio::test]
 async fn fail_on_error_stops_instead_of_dead_lettering() {
     let (sink, dlq) = (Scripted::new("web"), Scripted::new("dlq"));
