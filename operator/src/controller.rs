@@ -94,7 +94,7 @@ pub async fn run(
     .run(reconcile, error_policy, ctx)
     .for_each(|result| async move {
         match result {
-            Ok((object, _)) => tracing::debug!(source = %object, "reconciled"),
+            Ok((object, _)) => tracing::debug!(namespace = object.namespace.as_deref().unwrap_or_default(), source = %object.name, "reconciled"),
             Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
         }
     })

@@ -76,7 +76,7 @@ pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Contex
     };
     let result = match result {
         Err(Error::SourceGone) => {
-            tracing::debug!(source = %key, "gone, replaced or being deleted; nothing to do");
+            tracing::debug!("gone, replaced or being deleted; nothing to do");
             Ok(Action::await_change())
         }
         other => other,
@@ -85,7 +85,7 @@ pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Contex
     match &result {
         Ok(_) => ctx.failures.succeeded(&key),
         Err(e) => {
-            tracing::warn!(source = %key, error = %e, "reconcile failed");
+            tracing::warn!(error = %e, "reconcile failed");
             let note = format!("{e}: {}", e.remedy());
             let notice = Notice { warning: true, reason: "ReconcileFailed".to_owned(), note };
             publish(&ctx.recorder, &reference(object.meta()), &[notice]).await;

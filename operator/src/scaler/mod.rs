@@ -103,7 +103,7 @@ async fn supervise(ctx: Context, shutdown: CancellationToken) {
                 let key = ObjectRef::from_obj(&source);
                 if let Entry::Vacant(slot) = loops.entry(key) {
                     let key = slot.key().clone();
-                    tracing::info!(source = %key, "starting scaling loop");
+                    tracing::info!(namespace = key.namespace.as_deref().unwrap_or_default(), source = %key.name, "starting scaling loop");
                     let task = run_source(ctx.clone(), store.clone(), key, loops_stop.child_token());
                     slot.insert(tokio::spawn(task));
                 }
@@ -115,7 +115,7 @@ async fn supervise(ctx: Context, shutdown: CancellationToken) {
     loops_stop.cancel();
     for (key, handle) in loops {
         if let Err(error) = handle.await {
-            tracing::error!(source = %key, %error, "scaling loop failed");
+            tracing::error!(namespace = key.namespace.as_deref().unwrap_or_default(), source = %key.name, %error, "scaling loop failed");
         }
     }
 }

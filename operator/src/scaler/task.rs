@@ -248,17 +248,17 @@ pub async fn run_source(
         let source_labels = labels_of(&source);
         match tick(&ctx, &source, &mut state, Timestamp::now()).await {
             Ok(Tick::NoDeployment) => {
-                tracing::debug!(source = %key, "reader deployment not there yet");
+                tracing::debug!("reader deployment not there yet");
             }
             Ok(Tick::Decided { .. }) => {}
             // The source or its Deployment went away between the watch and this tick: the loop
             // ends once the store drops the source; nothing failed.
             Err(TickError::Kube(kube::Error::Api(status))) if status.code == 404 => {
-                tracing::debug!(source = %key, "source or reader deployment gone");
+                tracing::debug!("source or reader deployment gone");
             }
             Err(error) => {
                 ctx.metrics.poll_failed(&source_labels);
-                tracing::warn!(source = %key, %error, "no scaling decision this interval");
+                tracing::warn!(%error, "no scaling decision this interval");
             }
         }
         labels = Some(source_labels);
