@@ -19,11 +19,9 @@ pub fn init(format: LogFormat, otlp: &OtlpArgs) -> Result<Telemetry, String> {
     };
     // Every operator span ends with its reconcile, tick or step: none is long-lived.
     let spans = Spans { otlp, service: SERVICE_NAME, not_exported: &[] };
-    let telemetry = sluice_logs::init(format, DEFAULT_FILTER, &spans)?;
-    if let Some(namespace) = std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()) {
-        telemetry.process.set([("namespace", namespace.as_str())]);
-    }
-    Ok(telemetry)
+    // No process fields: `namespace` on an operator line is the namespace of the source it is
+    // about (a span's field), not the operator's own.
+    sluice_logs::init(format, DEFAULT_FILTER, &spans)
 }
 
 #[cfg(test)]
