@@ -19,22 +19,3 @@ impl OtlpArgs {
         self.endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty())
     }
 }
-
-/// The URL spans are POSTed to: the OTLP specification's rule for the generic endpoint variable
-/// (`<base>/v1/traces`), unless the URL already names the traces path.
-pub fn traces_url(endpoint: &str) -> String {
-    let base = endpoint.trim_end_matches('/');
-    if base.ends_with("/v1/traces") { base.to_owned() } else { format!("{base}/v1/traces") }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::traces_url;
-
-    #[test]
-    fn the_traces_path_is_added_once() {
-        assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
-        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
-        assert_eq!(traces_url("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
-    }
-}

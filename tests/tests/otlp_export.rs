@@ -258,6 +258,7 @@ async fn an_absent_collector_costs_no_message() -> Result<()> {
     assert_eq!(delivered.distinct, MESSAGES as u64);
     let url = format!("http://{closed}/v1/traces");
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("OTLP span export to")).collect();
+    println!("{}", warnings.join("\n"));
     assert_eq!(warnings.len(), 1, "one rate-limited WARN line: {warnings:?}\n{log}");
     assert!(warnings[0].contains(&url) && warnings[0].contains(r#""level":"WARN""#), "{}", warnings[0]);
     Ok(())

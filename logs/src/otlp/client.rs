@@ -6,8 +6,10 @@
 //! processor exports from its own thread, outside any runtime, and an async reqwest request needs
 //! tokio's reactor; the request runs on the runtime and the batch thread only waits for it.
 
+use std::error::Error;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
@@ -18,20 +20,25 @@ use tokio::runtime::Handle;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The last request's failure with its causes, for the WARN line: the exporter's own error says
+/// only "network error", not "connection refused" or which certificate was wrong.
+pub type LastError = Arc<Mutex<Option<String>>>;
+
 #[derive(Debug)]
 pub struct OnRuntime {
     client: reqwest::Client,
     runtime: Handle,
+    last_error: LastError,
 }
 
 impl OnRuntime {
-    pub fn new(runtime: Handle) -> Result<Self, String> {
+    pub fn new(runtime: Handle, last_error: LastError) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| format!("cannot set up the OTLP HTTP client: {e}"))?;
-        Ok(Self { client, runtime })
+        Ok(Self { client, runtime, last_error })
     }
 }
 
@@ -54,6 +61,27 @@ impl HttpClient for OnRuntime {
         Self: 'b,
     {
         let task = self.runtime.spawn(send(self.client.clone(), request));
-        Box::pin(async move { task.await? })
+        let last_error = self.last_error.clone();
+        Box::pin(async move {
+            let answer = task.await?;
+            // Cleared by an answer: a refusing collector's status is in the exporter's own error.
+            let seen = answer.as_ref().err().map(|e| with_causes(&**e));
+            *last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = seen;
+            answer
+        })
     }
+}
+
+/// `error: cause: cause`, each told once (reqwest repeats its source in its own text).
+fn with_causes(error: &(dyn Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }

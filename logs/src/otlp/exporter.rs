@@ -17,6 +17,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
+use super::client::LastError;
 use crate::ProcessFields;
 
 /// At most one WARN line per window; the line says how many failures it stands for.
@@ -45,6 +46,8 @@ pub struct Counted<E> {
     inner: AsyncMutex<Inner<E>>,
     endpoint: String,
     process: ProcessFields,
+    /// What the HTTP client saw go wrong last (see [`LastError`]).
+    last_error: LastError,
 }
 
 struct Inner<E> {
@@ -56,9 +59,9 @@ struct Inner<E> {
 }
 
 impl<E> Counted<E> {
-    pub fn new(exporter: E, endpoint: String, process: ProcessFields) -> Self {
+    pub fn new(exporter: E, endpoint: String, process: ProcessFields, last_error: LastError) -> Self {
         let inner = Inner { exporter, base: Resource::builder_empty().build(), named: false };
-        Self { inner: AsyncMutex::new(inner), endpoint, process }
+        Self { inner: AsyncMutex::new(inner), endpoint, process, last_error }
     }
 }
 
@@ -88,7 +91,8 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         inner.name(&self.process);
         let result = inner.exporter.export(batch).await;
         if let Err(e) = &result {
-            failed(&self.endpoint, &e.to_string(), Instant::now());
+            let seen = self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            failed(&self.endpoint, &seen.unwrap_or_else(|| e.to_string()), Instant::now());
         }
         result
     }

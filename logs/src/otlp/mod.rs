@@ -30,7 +30,7 @@ use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::registry::Registry;
 
 use crate::ProcessFields;
-use crate::otlp_args::{OtlpArgs, traces_url};
+use crate::otlp_args::OtlpArgs;
 
 pub use exporter::{export_failures, on_export_failure};
 
@@ -89,13 +89,14 @@ impl Export {
         let url = traces_url(endpoint);
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "OTLP export needs the async runtime, and it is not running".to_owned())?;
+        let last_error = client::LastError::default();
         let otlp = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_http_client(client::OnRuntime::new(runtime)?)
+            .with_http_client(client::OnRuntime::new(runtime, last_error.clone())?)
             .with_endpoint(url.clone())
             .build()
             .map_err(|e| format!("cannot set up OTLP export to {url} (--otlp-endpoint): {e}"))?;
-        let counted = exporter::Counted::new(otlp, url, process.clone());
+        let counted = exporter::Counted::new(otlp, url, process.clone(), last_error);
         let service =
             args.service_name.as_deref().filter(|s| !s.trim().is_empty()).unwrap_or(default_service);
         let provider = SdkTracerProvider::builder()
@@ -123,5 +124,24 @@ impl Export {
             tracing::warn!("OTLP span export did not flush at shutdown: {e}");
         }
         EXPORTING.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The URL spans are POSTed to: the OTLP specification's rule for the generic endpoint variable
+/// (`<base>/v1/traces`), unless the URL already names the traces path.
+pub fn traces_url(endpoint: &str) -> String {
+    let base = endpoint.trim_end_matches('/');
+    if base.ends_with("/v1/traces") { base.to_owned() } else { format!("{base}/v1/traces") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::traces_url;
+
+    #[test]
+    fn the_traces_path_is_added_once() {
+        assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
+        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
+        assert_eq!(traces_url("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
     }
 }
