@@ -7,6 +7,7 @@
 //! CloudEvents sink, and an OTLP/HTTP receiver on 127.0.0.1 that decodes each request as a
 //! collector does (`ExportTraceServiceRequest`, protobuf).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -27,7 +28,8 @@ use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
-use sluice_tests::system::aws_test_env;
+use sluice_tests::system::{System, aws_test_env};
+use tokio::task::JoinHandle;
 
 /// One exported span, flattened with its resource.
 #[derive(Debug, Clone)]
@@ -79,28 +81,38 @@ async fn collect(State(collected): State<Collected>, body: Bytes) -> StatusCode 
     StatusCode::OK
 }
 
-/// A reader process we started; SIGTERMed (then killed) if still running when dropped.
-struct Reader(Option<Child>);
+/// An OTLP/HTTP receiver on 127.0.0.1: what it collected, its address, its task.
+async fn collector() -> Result<(Collected, SocketAddr, JoinHandle<std::io::Result<()>>)> {
+    let collected: Collected = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = Router::new().route("/v1/traces", axum::routing::post(collect)).with_state(collected.clone());
+    Ok((collected, addr, tokio::spawn(async move { axum::serve(listener, app).await })))
+}
 
-impl Reader {
-    fn start(source: &Path, otlp_endpoint: &str, stderr: &Path, env: &[(&str, &str)]) -> Result<Self> {
-        let child = Command::new(sluice_tests::system::bin_dir().join("sluice-reader"))
-            .arg("--source")
-            .arg(source)
-            .arg("--admin-addr=127.0.0.1:0")
-            .arg(format!("--admin-addr-file={}", source.with_extension("addr").display()))
-            .arg("--log-format=json")
-            .arg(format!("--otlp-endpoint={otlp_endpoint}"))
-            .envs(aws_test_env())
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(stderr)?)
-            .spawn()
-            .context("starting sluice-reader (build it first: cargo build -p sluice-reader)")?;
-        Ok(Self(Some(child)))
-    }
+/// A process we started (reader or operator); killed if still running when dropped.
+struct Process(Option<Child>);
 
+/// A standalone reader of `source`, JSON logs to `stderr`, exporting to `otlp_endpoint`.
+fn reader(source: &Path, otlp_endpoint: &str, stderr: &Path, env: &[(&str, &str)]) -> Result<Process> {
+    let child = Command::new(sluice_tests::system::bin_dir().join("sluice-reader"))
+        .arg("--source")
+        .arg(source)
+        .arg("--admin-addr=127.0.0.1:0")
+        .arg(format!("--admin-addr-file={}", source.with_extension("addr").display()))
+        .arg("--log-format=json")
+        .arg(format!("--otlp-endpoint={otlp_endpoint}"))
+        .envs(aws_test_env())
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(stderr)?)
+        .spawn()
+        .context("starting sluice-reader (build it first: cargo build -p sluice-reader)")?;
+    Ok(Process(Some(child)))
+}
+
+impl Process {
     /// SIGTERM (a drain) and wait for the exit, at most 30 s.
     fn terminate(mut self) -> Result<ExitStatus> {
         let mut child = self.0.take().context("the reader was already stopped")?;
@@ -114,11 +126,11 @@ impl Reader {
         }
         let _ = child.kill();
         let _ = child.wait();
-        bail!("the reader did not exit within 30 s of SIGTERM")
+        bail!("the process did not exit within 30 s of SIGTERM")
     }
 }
 
-impl Drop for Reader {
+impl Drop for Process {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
             let _ = child.kill();
@@ -173,11 +185,7 @@ async fn delivery_spans_join_the_producers_trace() -> Result<()> {
     let queue = TestQueue::create_with(&client, "otlp", false, &QueueOptions::default()).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
 
-    let collected: Collected = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let collector = listener.local_addr()?;
-    let app = Router::new().route("/v1/traces", axum::routing::post(collect)).with_state(collected.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (collected, collector, server) = collector().await?;
 
     let traced = send_traced(&client, &queue.url, 3).await?;
     client.send_message().queue_url(&queue.url).message_body("untraced").send().await?;
@@ -187,7 +195,7 @@ async fn delivery_spans_join_the_producers_trace() -> Result<()> {
     let stderr = dir.path().join("stderr");
     // A schedule longer than the test: whatever arrives was sent by the flush at the end of the drain.
     let env = [("POD_NAMESPACE", "shop"), ("OTEL_BSP_SCHEDULE_DELAY", "600000")];
-    let reader = Reader::start(&source, &format!("http://{collector}"), &stderr, &env)?;
+    let reader = reader(&source, &format!("http://{collector}"), &stderr, &env)?;
     sink.wait_for_distinct(4, Duration::from_secs(60)).await?;
     let status = reader.terminate()?;
     server.abort();
@@ -230,7 +238,7 @@ async fn an_absent_collector_costs_no_message() -> Result<()> {
     let source = source_file(dir.path(), "otlp-closed", &queue.url, &endpoint, &sink)?;
     let stderr = dir.path().join("stderr");
     let env = [("OTEL_BSP_SCHEDULE_DELAY", "200")];
-    let reader = Reader::start(&source, &format!("http://{closed}"), &stderr, &env)?;
+    let reader = reader(&source, &format!("http://{closed}"), &stderr, &env)?;
     let delivered = sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(60)).await?;
 
     let addr_file = source.with_extension("addr");
@@ -261,5 +269,50 @@ async fn an_absent_collector_costs_no_message() -> Result<()> {
     println!("{}", warnings.join("\n"));
     assert_eq!(warnings.len(), 1, "one rate-limited WARN line: {warnings:?}\n{log}");
     assert!(warnings[0].contains(&url) && warnings[0].contains(r#""level":"WARN""#), "{}", warnings[0]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_exports_its_reconcile_spans() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let client = sqs_client(&endpoint);
+    let queue = TestQueue::create_with(&client, "otlp-op", false, &QueueOptions::default()).await?;
+    let (collected, collector, server) = collector().await?;
+    let dir = tempfile::tempdir()?;
+    let system = System::start(&sluice_tests::system::bin_dir(), dir.path()).await?;
+
+    let operator = Command::new(sluice_tests::system::bin_dir().join("sluice-operator"))
+        .args(["--admin-addr", "127.0.0.1:0", "--leader-election", "off", "--log-format", "json"])
+        .args(["--reader-image", "sluice:local"])
+        .arg(format!("--otlp-endpoint=http://{collector}"))
+        .env("KUBECONFIG", dir.path().join("kubeconfig"))
+        // Longer than the test: what arrives was sent by the flush at shutdown.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .envs(aws_test_env())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("operator.log"))?)
+        .spawn()
+        .context("starting sluice-operator")?;
+    let operator = Process(Some(operator));
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let yaml =
+        SourceYaml::new("otlp-op", &queue.url, &endpoint).sink("webhook", Sink::http(&sink.url())).yaml();
+    system.apply_source(&yaml).await?;
+    let start = Instant::now();
+    while system.reader_deployment("otlp-op").await?.is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let log = std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
+            bail!("the operator made no reader Deployment within 60 s; its log:\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = operator.terminate()?;
+    server.abort();
+    assert!(status.success(), "operator exit {status}");
+    let spans = collected.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    println!("the operator exported {} spans: {names:?}", spans.len());
+    assert!(names.contains(&"reconcile"), "{names:?}");
+    assert!(spans.iter().all(|s| s.resource("service.name") == Some("sluice-operator")), "{spans:?}");
     Ok(())
 }
