@@ -2,23 +2,34 @@
 //! one rule: JSON lines of one shape for clusters, `tracing`'s text format for people.
 //!
 //! Why a crate of its own: the shape is a contract with whatever collects the logs, and two copies
-//! of a formatter drift apart; both binaries already depend on `tracing-subscriber`, so this adds
-//! no third-party code.
+//! of a formatter drift apart. The optional OTLP export of spans (feature `otlp`) lives here too:
+//! it is one more layer of the same subscriber, set up from the same flags in both binaries.
 
 #![forbid(unsafe_code)]
 
 pub mod capture;
 mod flat_json;
+#[cfg(feature = "otlp")]
+mod otlp;
+#[cfg(not(feature = "otlp"))]
+#[path = "otlp_off.rs"]
+mod otlp;
+mod otlp_args;
 mod process;
 
 use std::io::IsTerminal;
 
 use tracing::Subscriber;
+use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::JsonFields;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 pub use flat_json::{FlatJson, HEAD};
+pub use otlp::{Export, continue_trace, export_failures, exporting, on_export_failure};
+pub use otlp_args::OtlpArgs;
 pub use process::ProcessFields;
 pub use tracing_subscriber::EnvFilter;
 
@@ -34,26 +45,62 @@ pub enum Format {
     Text,
 }
 
-/// Install the global subscriber: `RUST_LOG` filters, else `default_filter`. The returned
-/// [`ProcessFields`] adds fields every JSON line carries once the process knows them (the
-/// reader's source and namespace, read after logging starts so a bad config is logged too).
-pub fn init(format: Format, default_filter: &str) -> Result<ProcessFields, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let process = ProcessFields::default();
-    let result = match format {
-        Format::Json => json_subscriber(filter, std::io::stderr, process.clone()).try_init(),
-        Format::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .finish()
-            .try_init(),
-    };
-    result.map_err(|e| format!("cannot set up logging: {e}"))?;
-    Ok(process)
+/// What a binary tells [`init`] about span export.
+pub struct Spans<'a> {
+    pub otlp: &'a OtlpArgs,
+    /// `service.name` when `OTEL_SERVICE_NAME` and `--otlp-service-name` are unset.
+    pub service: &'a str,
+    /// Long-lived spans not to export (see the `otlp` module).
+    pub not_exported: &'static [&'static str],
 }
 
-/// The JSON subscriber `init` installs, writing to `writer` (tests pass a buffer).
+/// What [`init`] set up: the process's log fields, and the span export if one was asked for.
+pub struct Telemetry {
+    pub process: ProcessFields,
+    pub export: Option<Export>,
+}
+
+impl Telemetry {
+    /// Flush exported spans (the end of a drain); nothing to do without export.
+    pub async fn shutdown(self) {
+        if let Some(export) = self.export {
+            export.shutdown().await;
+        }
+    }
+}
+
+/// Install the global subscriber: `RUST_LOG` filters, else `default_filter`; spans are exported
+/// over OTLP when `spans.otlp` names an endpoint. [`Telemetry::process`] adds fields every JSON
+/// line carries once the process knows them (the reader's source and namespace, read after
+/// logging starts so a bad config is logged too).
+pub fn init(format: Format, default_filter: &str, spans: &Spans<'_>) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let process = ProcessFields::default();
+    let fmt: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = match format {
+        Format::Json => json_layer(std::io::stderr, process.clone()).boxed(),
+        Format::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .boxed(),
+    };
+    let mut layers = vec![fmt];
+    let export = match Export::start(spans.otlp, spans.service, &process, spans.not_exported)? {
+        Some((export, layer)) => {
+            layers.push(layer);
+            Some(export)
+        }
+        None => None,
+    };
+    tracing_subscriber::registry()
+        .with(layers)
+        .with(filter)
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))?;
+    Ok(Telemetry { process, export })
+}
+
+/// The JSON subscriber `init` installs (without span export), writing to `writer` (tests pass a
+/// buffer).
 pub fn json_subscriber<W>(
     filter: EnvFilter,
     writer: W,
@@ -62,11 +109,18 @@ pub fn json_subscriber<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    tracing_subscriber::registry().with(json_layer(writer, process)).with(filter)
+}
+
+/// The JSON lines layer, writing to `writer`.
+fn json_layer<S, W>(writer: W, process: ProcessFields) -> impl Layer<S> + Send + Sync
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_ansi(false)
         .fmt_fields(JsonFields::new())
         .event_format(FlatJson::new(process))
-        .finish()
 }

@@ -34,7 +34,7 @@ use crate::telemetry;
 /// it with `Debug` and a user should read a sentence, not a struct.
 #[derive(thiserror::Error)]
 pub enum AppError {
-    #[error("cannot set up logging: {0}")]
+    #[error("cannot set up logging or span export: {0}")]
     Logging(String),
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -54,9 +54,16 @@ impl std::fmt::Debug for AppError {
     }
 }
 
-/// Runs the operator until SIGTERM/SIGINT, or until leadership is lost.
+/// Runs the operator until SIGTERM/SIGINT, or until leadership is lost, then flushes the
+/// exported spans (if any).
 pub async fn run(cli: Cli) -> Result<(), AppError> {
-    telemetry::init(cli.log_format).map_err(AppError::Logging)?;
+    let telemetry = telemetry::init(cli.log_format, &cli.otlp).map_err(AppError::Logging)?;
+    let outcome = operate(cli).await;
+    telemetry.shutdown().await;
+    outcome
+}
+
+async fn operate(cli: Cli) -> Result<(), AppError> {
     let client = Client::try_default().await?;
     let shutdown = CancellationToken::new();
     watch_signals(shutdown.clone())?;

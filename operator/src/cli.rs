@@ -44,6 +44,8 @@ pub struct Cli {
     /// Log output: json for clusters (one object a line), text for people.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub otlp: sluice_logs::OtlpArgs,
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub struct Metrics {
     build_info: Family<BuildLabels, Gauge>,
     replicas: Family<SourceLabels, Gauge>,
     ready_replicas: Family<SourceLabels, Gauge>,
+    otlp_export_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -51,6 +52,7 @@ impl Default for Metrics {
             build_info: Family::default(),
             replicas: Family::default(),
             ready_replicas: Family::default(),
+            otlp_export_failures: Counter::default(),
         }
     }
 }
@@ -90,6 +92,15 @@ impl Metrics {
             "Reader pods of the source that are ready (status.readyReplicas)",
             metrics.ready_replicas.clone(),
         );
+        registry.register(
+            "otlp_export_failures",
+            "Span batches dropped because the OTLP collector did not take them after retries",
+            metrics.otlp_export_failures.clone(),
+        );
+        let failures = metrics.otlp_export_failures.clone();
+        sluice_logs::on_export_failure(move || {
+            failures.inc();
+        });
         metrics
     }
 

@@ -1,18 +1,27 @@
 //! Structured logs through `tracing`, in the reader's shape (`sluice-logs`): flat JSON lines for
 //! clusters, with the `source` and `namespace` of the reconcile, scaler tick or checkpoint step
 //! they belong to (spans); text for people. `RUST_LOG` filters; the default keeps kube's and
-//! the AWS SDK's chatter down.
+//! the AWS SDK's chatter down. With `--otlp-endpoint` those spans are also exported over OTLP.
+
+use sluice_logs::{OtlpArgs, Spans, Telemetry};
 
 use crate::cli::LogFormat;
 
 pub const DEFAULT_FILTER: &str = "info,kube=warn,aws_config=warn,aws_smithy_runtime=warn";
 
-pub fn init(format: LogFormat) -> Result<(), String> {
+/// `service.name` of exported spans unless `OTEL_SERVICE_NAME` says otherwise.
+pub const SERVICE_NAME: &str = "sluice-operator";
+
+pub fn init(format: LogFormat, otlp: &OtlpArgs) -> Result<Telemetry, String> {
     let format = match format {
         LogFormat::Json => sluice_logs::Format::Json,
         LogFormat::Text => sluice_logs::Format::Text,
     };
-    sluice_logs::init(format, DEFAULT_FILTER).map(|_process| ())
+    // Every operator span ends with its reconcile, tick or step: none is long-lived.
+    let spans = Spans { otlp, service: SERVICE_NAME, not_exported: &[] };
+    // No process fields: `namespace` on an operator line is the namespace of the source it is
+    // about (a span's field), not the operator's own.
+    sluice_logs::init(format, DEFAULT_FILTER, &spans)
 }
 
 #[cfg(test)]

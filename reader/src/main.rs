@@ -35,23 +35,29 @@ async fn reader(args: Args) -> ExitCode {
         LogFormat::Json => sluice_logs::Format::Json,
         LogFormat::Text => sluice_logs::Format::Text,
     };
-    let process = match sluice_logs::init(format, "info") {
-        Ok(process) => process,
+    // The poller span lasts the process's life: exported, every delivery span under it would
+    // wait for it until shutdown.
+    let spans = sluice_logs::Spans { otlp: &args.otlp, service: "sluice-reader", not_exported: &["poll"] };
+    let telemetry = match sluice_logs::init(format, "info", &spans) {
+        Ok(telemetry) => telemetry,
         Err(e) => {
             eprintln!("sluice-reader: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let process = &telemetry.process;
     let stop = Stop::new();
     signals::drain_on_signals(stop.clone());
     let outcome = match source_file::load(&args.source) {
         Ok(source) => {
-            name_process(&process, &source);
+            name_process(process, &source);
             let options = args.options(&source);
             run::run(source, options, stop).await
         }
         Err(e) => Err(e),
     };
+    // After the drain: the spans of the last deliveries go out before the process ends.
+    telemetry.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         // Printed once: as a JSON log record when logs are JSON, else as one plain line.

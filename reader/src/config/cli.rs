@@ -57,6 +57,9 @@ pub struct Args {
     /// Log format on stderr (filter with RUST_LOG).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub otlp: sluice_logs::OtlpArgs,
 }
 
 impl Args {

@@ -15,7 +15,7 @@ use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use sluice_protocol::now_ms;
 use tracing::{Instrument, Span};
 
-use crate::deliver::fifo;
+use crate::deliver::{fifo, message_span};
 use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
@@ -190,14 +190,15 @@ impl Dispatcher {
             let span = spans.get(s).cloned().unwrap_or_else(Span::none);
             let call = async move {
                 let records: Vec<Arc<Record>> = idx.iter().map(|&i| items[i].record.clone()).collect();
+                let traced = message_span::open(&records, sink.name());
                 let started = Instant::now();
                 let answer = sink.deliver(&records).await;
                 self.metrics.sink_latency(sink.name(), started.elapsed());
-                answer
+                (answer, traced)
             };
-            call.instrument(span.clone()).map(move |answer| (s, idx, answer, span))
+            call.instrument(span.clone()).map(move |(answer, traced)| (s, idx, answer, traced, span))
         });
-        for (s, idx, answer, span) in join_all(calls).await {
+        for (s, idx, answer, traced, span) in join_all(calls).await {
             let _in_delivery = span.enter();
             let name = self.sinks.sinks[s].sink.name();
             let acked_ms = now_ms();
@@ -210,6 +211,7 @@ impl Dispatcher {
                         idx.len()
                     ),
                 });
+                message_span::close(&traced, k, &outcome);
                 match &outcome {
                     Outcome::Delivered => {
                         delivered += 1;

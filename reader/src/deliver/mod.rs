@@ -2,3 +2,4 @@
 
 pub mod dispatch;
 pub mod fifo;
+mod message_span;

@@ -96,6 +96,8 @@ pub struct Metrics {
     pub rate_limit_bytes: Gauge,
     pub held: HeldMetrics,
     pub payload: PayloadMetrics,
+    /// Span batches the OTLP exporter dropped after its retries (see [`Metrics::watch_otlp_export`]).
+    otlp_export_failures: Counter,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -140,12 +142,21 @@ impl Metrics {
             rate_limit_bytes: Gauge::default(),
             held: HeldMetrics::default(),
             payload: PayloadMetrics::default(),
+            otlp_export_failures: Counter::default(),
             registry: Registry::default(),
         };
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION") }).set(1);
         m.register(&mut registry);
         m.payload.register(&mut registry);
         Self { registry, ..m }
+    }
+
+    /// Count the span exporter's failures (sluice-logs reports them); once per process.
+    pub fn watch_otlp_export(&self) {
+        let failures = self.otlp_export_failures.clone();
+        sluice_logs::on_export_failure(move || {
+            failures.inc();
+        });
     }
 
     /// Every metric under its name and help text (the names are the contract; METRICS.md lists
@@ -158,6 +169,11 @@ impl Metrics {
             self.build_info.clone(),
         );
         registry.register("ready", "1 while /readyz answers ready, else 0", self.ready.clone());
+        registry.register(
+            "otlp_export_failures",
+            "Span batches dropped because the OTLP collector did not take them after retries",
+            self.otlp_export_failures.clone(),
+        );
         registry.register(
             "received_messages",
             "Messages received from SQS, per queue",

@@ -33,6 +33,7 @@ pub use epochs::lease_duration;
 pub async fn run(source: SqsSource, options: Options, stop: Stop) -> Result<()> {
     let settings = Settings::from_source(&source)?;
     let metrics = Arc::new(Metrics::new());
+    metrics.watch_otlp_export();
     let admin = Admin::new(metrics.clone());
     let (_, serving) = admin.bind(&options.admin_addr, options.admin_addr_file.as_deref()).await?;
     let admin_stop = CancellationToken::new();
