@@ -45,6 +45,11 @@ impl Reader {
         Ok(Self { child, admin, log })
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The reader's `/metrics` text now.
     pub async fn metrics(&self) -> Result<String> {
         Ok(reqwest::get(format!("http://{}/metrics", self.admin)).await?.text().await?)
@@ -57,7 +62,7 @@ impl Reader {
 
     /// VmHWM: the most resident memory the process has had.
     pub fn peak_rss_mib(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
         let kib: u64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))

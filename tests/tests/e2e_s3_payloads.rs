@@ -605,7 +605,7 @@ fn strip_archive(yaml: &str) -> String {
 
 /// User + system CPU seconds the reader has used (from /proc/PID/stat, at 100 ticks per second).
 fn reader_cpu_seconds(reader: &Reader) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.child.id()))?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.pid()))?;
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
     let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
         + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
