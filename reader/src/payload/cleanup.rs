@@ -166,3 +166,7 @@ mod tests {
         assert_eq!(shape, vec![("big", KEYS_PER_CALL), ("big", 5), ("small", 1)]);
     }
 }
+
+#[cfg(test)]
+#[path = "cleanup_tests.rs"]
+mod localstack_tests;
