@@ -312,6 +312,24 @@ fn cases() -> Vec<Case> {
             valid: |v| spec(v)["deadLetterSink"]["name"] = json!("dead-2"),
             invalid: |v| spec(v)["deadLetterSink"]["name"] = json!("archive"),
         },
+        // --- payload ---
+        Case {
+            names: "spec.payload.extendedClient.deleteObjects needs resolve: true",
+            path: "spec.payload.extendedClient.deleteObjects",
+            valid: |v| spec(v)["payload"]["extendedClient"] = json!({"deleteObjects": true}),
+            invalid: |v| {
+                spec(v)["payload"]["extendedClient"] = json!({"resolve": false, "deleteObjects": true})
+            },
+        },
+        Case {
+            names: "spec.payload.extendedClient.deleteObjects does not apply to format s3Notification",
+            path: "spec.payload.extendedClient.deleteObjects",
+            valid: |v| spec(v)["payload"]["extendedClient"] = json!({"resolve": false}),
+            invalid: |v| {
+                spec(v)["payload"]["format"] = json!("s3Notification");
+                spec(v)["payload"]["extendedClient"] = json!({"deleteObjects": true});
+            },
+        },
     ]
 }
 

@@ -8,5 +8,6 @@ pub mod localstack;
 pub mod scrape;
 pub mod sinkserver;
 pub mod source;
+pub mod standalone;
 
 pub use sluice_localcp::{controlplane, kubelet, poll, system};

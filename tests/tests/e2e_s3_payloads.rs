@@ -8,8 +8,6 @@
 //! keeps only each body's SHA-256, not the body.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,11 +17,9 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
-use sluice_tests::system::aws_test_env;
+use sluice_tests::standalone::{Reader, python as py};
 
 const MIB: usize = 1024 * 1024;
 /// The reader's peak RSS (VmHWM) while a 50 MiB object passes to an http and an s3 sink. The
@@ -31,38 +27,12 @@ const MIB: usize = 1024 * 1024;
 /// reader's own footprint: about 2.4 times the object.
 const PEAK_RSS_BOUND_MIB: u64 = 256;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root").to_owned()
-}
-
-fn reader_bin() -> PathBuf {
-    sluice_tests::system::bin_dir().join("sluice-reader")
-}
-
 fn sha(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn random_name(prefix: &str) -> String {
     format!("{prefix}-{:016x}", fastrand::u64(..))
-}
-
-/// Runs tests/scripts/s3_payloads.py with the pinned Python peers (installed on first use).
-fn py(endpoint: &str, args: &[&str]) -> Result<serde_json::Value> {
-    let setup = Command::new(repo_root().join("tests/scripts/pyclients.sh"))
-        .output()
-        .context("running tests/scripts/pyclients.sh")?;
-    ensure!(setup.status.success(), "pyclients.sh failed: {}", String::from_utf8_lossy(&setup.stderr));
-    let python = String::from_utf8(setup.stdout)?.trim().to_owned();
-    let out = Command::new(python)
-        .arg(repo_root().join("tests/scripts/s3_payloads.py"))
-        .args(args)
-        .envs(aws_test_env())
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .output()?;
-    ensure!(out.status.success(), "s3_payloads.py {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 /// One accepted POST: its headers of interest and its body's digest.
@@ -124,56 +94,6 @@ async fn accept(State(receiver): State<Receiver>, headers: HeaderMap, body: Byte
     let seen = Seen { id, headers, sha: sha(&body), len: body.len(), at: Instant::now() };
     receiver.seen.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
     StatusCode::OK
-}
-
-/// A `sluice-reader` process we started, stopped with SIGTERM when dropped.
-struct Reader {
-    child: Child,
-}
-
-impl Reader {
-    fn start(dir: &Path, yaml: &str) -> Result<Self> {
-        let source = dir.join("source.yaml");
-        std::fs::write(&source, yaml)?;
-        let log = std::fs::File::create(dir.join("reader.log"))?;
-        let child = Command::new(reader_bin())
-            .arg("--source")
-            .arg(&source)
-            .args(["--admin-addr", "127.0.0.1:0", "--shutdown-deadline-seconds", "5"])
-            .envs(aws_test_env())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting sluice-reader (cargo build -p sluice-reader first)")?;
-        Ok(Self { child })
-    }
-
-    /// VmHWM: the most resident memory the process has had.
-    fn peak_rss_mib(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmHWM in /proc/PID/status")?;
-        Ok(kib / 1024)
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(15) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Waits until `queue` holds nothing, visible or in flight.
@@ -685,7 +605,7 @@ fn strip_archive(yaml: &str) -> String {
 
 /// User + system CPU seconds the reader has used (from /proc/PID/stat, at 100 ticks per second).
 fn reader_cpu_seconds(reader: &Reader) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.child.id()))?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", reader.pid()))?;
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
     let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
         + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -27,6 +27,9 @@ pub enum PayloadFormat {
 
 /// Message body handling. Default: raw, Extended Client pointers resolved.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.extendedClient) || !has(self.extendedClient.deleteObjects) || !self.extendedClient.deleteObjects || !has(self.format) || self.format != 's3Notification'")
+    .field_path(".extendedClient.deleteObjects")
+    .message("spec.payload.extendedClient.deleteObjects does not apply to format s3Notification (its objects are not Extended Client payloads): set it to false"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PayloadSpec {
     /// `raw`, `json` or `s3Notification`. Default `raw`.
@@ -93,15 +96,28 @@ pub struct PayloadS3Spec {
 /// What the reader does with an Extended Client pointer.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.deleteObjects) || !self.deleteObjects || !has(self.resolve) || self.resolve")
+    .field_path(".deleteObjects")
+    .message("spec.payload.extendedClient.deleteObjects needs resolve: true (only objects whose payload the reader fetched are deleted): set resolve to true or deleteObjects to false"))]
 pub struct ExtendedClientSpec {
     /// Fetch the object a pointer names and deliver it as the body. Default true.
     #[serde(default = "default_true")]
     pub resolve: bool,
+    /// Delete a pointer's S3 object once SQS confirmed its message deleted, as the Extended
+    /// Clients do on delete; under exactlyOnce that is after the epoch holding the message
+    /// committed. A message whose pointer could not be resolved (dead-lettered, its dead-letter
+    /// copy still the pointer) keeps its object. A failed delete is retried a few times, then
+    /// logged and counted; it never holds the message back. Needs `s3:DeleteObject` on the
+    /// buckets. Default false: the clients delete by default, but an object may be shared with
+    /// other consumers of the same message, and a reader that deletes data nobody asked it to is
+    /// harder to undo than a bucket lifecycle rule that expires objects.
+    #[serde(default)]
+    pub delete_objects: bool,
 }
 
 impl Default for ExtendedClientSpec {
     fn default() -> Self {
-        Self { resolve: true }
+        Self { resolve: true, delete_objects: false }
     }
 }
 

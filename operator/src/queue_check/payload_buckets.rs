@@ -6,6 +6,11 @@
 //! check only what the spec names. They join the other targets, so a missing bucket or a denied
 //! identity shows in `TargetsReachable` (HeadBucket, with the source's identity) before the first
 //! object is dead-lettered for it.
+//!
+//! `spec.payload.extendedClient.deleteObjects` also needs `s3:DeleteObject` on the payload
+//! buckets, which no read-only call can test without deleting something: a missing grant shows in
+//! the readers (a WARN line naming the action, `sluice_reader_payload_object_deletes_total`), not
+//! here.
 
 use sluice_crds::SqsSourceSpec;
 

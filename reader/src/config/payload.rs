@@ -20,6 +20,8 @@ pub struct PayloadSettings {
     pub region: Option<String>,
     /// `s3.buckets`: the only buckets objects are fetched from (empty: any).
     pub buckets: Vec<String>,
+    /// `extendedClient.deleteObjects`: delete a pointer's object once its message is deleted.
+    pub delete_objects: bool,
 }
 
 impl PayloadSettings {
@@ -46,7 +48,21 @@ impl PayloadSettings {
                 ));
             }
         }
+        let delete_objects = spec.extended_client.delete_objects;
+        if delete_objects && !spec.extended_client.resolve {
+            return Err(Error::config(
+                "spec.payload.extendedClient.deleteObjects",
+                "needs resolve: true (only objects whose payload the reader fetched are deleted): set resolve to true or deleteObjects to false",
+            ));
+        }
+        if delete_objects && spec.format == PayloadFormat::S3Notification {
+            return Err(Error::config(
+                "spec.payload.extendedClient.deleteObjects",
+                "does not apply to format s3Notification (its objects are not Extended Client payloads): set it to false",
+            ));
+        }
         Ok(Self {
+            delete_objects,
             format: spec.format,
             pointers: spec.extended_client.resolve,
             bounds: Bounds {
@@ -63,6 +79,8 @@ impl PayloadSettings {
 
 #[cfg(test)]
 mod tests {
+    use sluice_crds::ExtendedClientSpec;
+
     use super::*;
 
     #[test]
@@ -76,5 +94,23 @@ mod tests {
         let zero = PayloadSpec { max_concurrent_fetches: 0, ..PayloadSpec::default() };
         let err = PayloadSettings::from_spec(&zero).unwrap_err().to_string();
         assert!(err.contains("spec.payload.maxConcurrentFetches"), "{err}");
+    }
+
+    #[test]
+    fn deleting_objects_is_off_by_default_and_needs_resolved_pointers() {
+        assert!(!PayloadSettings::from_spec(&PayloadSpec::default()).unwrap().delete_objects);
+        let on = ExtendedClientSpec { resolve: true, delete_objects: true };
+        let spec = PayloadSpec { extended_client: on.clone(), ..PayloadSpec::default() };
+        assert!(PayloadSettings::from_spec(&spec).unwrap().delete_objects);
+        for bad in [
+            PayloadSpec {
+                extended_client: ExtendedClientSpec { resolve: false, ..on.clone() },
+                ..spec.clone()
+            },
+            PayloadSpec { format: PayloadFormat::S3Notification, ..spec.clone() },
+        ] {
+            let err = PayloadSettings::from_spec(&bad).unwrap_err().to_string();
+            assert!(err.contains("spec.payload.extendedClient.deleteObjects"), "{err}");
+        }
     }
 }

@@ -22,7 +22,7 @@ use super::receive::{random_attempt_id, receive_once};
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::{Item, Verdict};
-use crate::payload::{Resolution, Resolver};
+use crate::payload::{Resolution, Resolver, pointer};
 use crate::process::backoff::backoff;
 use crate::process::metrics::queue_name;
 use crate::process::stop::Stop;
@@ -281,11 +281,17 @@ impl Poller {
         decoded: Vec<(Ticket, Record, Option<String>)>,
     ) -> (Vec<Ticket>, Vec<Item>) {
         let metrics = self.pipeline.metrics();
+        let objects = self.pipeline.acker().objects();
         let resolved =
             futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
                 match poison {
                     Some(reason) => (ticket, Err((record, reason))),
-                    None => (ticket, Ok(resolver.resolve(record).await)),
+                    None => {
+                        // Read before the fetch replaces the body: the object to delete with the message.
+                        let object =
+                            objects.and_then(|_| pointer::parse(&record.body, &record.message_attributes));
+                        (ticket, Ok((resolver.resolve(record).await, object)))
+                    }
                 }
             }))
             .await;
@@ -293,7 +299,13 @@ impl Poller {
         let mut items = Vec::with_capacity(resolved.len());
         for (ticket, resolution) in resolved {
             let resolution = match resolution {
-                Ok(resolution) => resolution,
+                Ok((Resolution::Deliver(record), object)) => {
+                    if let (Some(objects), Some(object)) = (objects, object) {
+                        objects.remember(ticket, object);
+                    }
+                    Resolution::Deliver(record)
+                }
+                Ok((resolution, _)) => resolution,
                 Err((record, reason)) => {
                     tickets.push(ticket);
                     items.push(Item { record: Arc::new(record), poison: Some(reason) });

@@ -22,6 +22,8 @@ use crate::config::payload::PayloadSettings;
 use crate::process::warnings::{self, RateLimited};
 use crate::record::{Payload, Record};
 
+pub mod cleanup;
+mod cleanup_task;
 pub mod fetch;
 pub mod notification;
 pub mod pointer;
@@ -97,6 +99,11 @@ impl Resolver {
 
     pub fn stats(&self) -> Arc<FetchStats> {
         self.fetcher.stats.clone()
+    }
+
+    /// The S3 client objects are fetched with (and Extended Client objects deleted with).
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        self.fetcher.client()
     }
 
     /// Resolve one decoded record.
@@ -213,15 +220,21 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
     Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
 }
 
-static FETCH_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
+static PAYLOAD_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
 
 /// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered):
 /// a WARN line if one is due (at most one per kind per `warnings::WINDOW`, with the count).
 pub fn warn(kind: &'static str, reason: &str) {
-    let due = FETCH_WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).note("payload", kind, Instant::now());
+    warn_limited("object fetch", kind, reason);
+}
+
+/// A WARN line `{what} {kind}: reason` if one is due: at most one per `what` and kind per
+/// `warnings::WINDOW`, with the count.
+fn warn_limited(what: &'static str, kind: &'static str, reason: &str) {
+    let due = PAYLOAD_WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).note(what, kind, Instant::now());
     if let Some(failures) = due {
         let window = warnings::WINDOW.as_secs();
-        tracing::warn!(kind, failures, "object fetch {kind} ({failures} in up to {window} s): {reason}");
+        tracing::warn!(kind, failures, "{what} {kind} ({failures} in up to {window} s): {reason}");
     }
 }
 

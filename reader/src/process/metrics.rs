@@ -450,6 +450,12 @@ pub struct PayloadMetrics {
     bytes: Counter,
     held_bytes: Gauge,
     stats: Mutex<Option<Arc<FetchStats>>>,
+    object_deletes: Family<OutcomeLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
 }
 
 impl PayloadMetrics {
@@ -465,6 +471,18 @@ impl PayloadMetrics {
             "Bytes of fetched objects held now (fetched, not yet answered by every sink)",
             self.held_bytes.clone(),
         );
+        registry.register(
+            "payload_object_deletes",
+            "Extended Client objects deleted after their messages (deleted), given up after retries (failed), or left because too many waited (dropped)",
+            self.object_deletes.clone(),
+        );
+    }
+
+    /// `n` Extended Client objects reached `outcome` (`deleted`, `failed`, `dropped`).
+    pub fn object_deletes(&self, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.object_deletes.get_or_create(&OutcomeLabel { outcome }).inc_by(n);
+        }
     }
 
     /// Export `stats` (the resolver's) from now on.

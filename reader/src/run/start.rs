@@ -20,6 +20,7 @@ use crate::intake::bound::Rule;
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::pacing;
 use crate::intake::poller_count::Bounds;
+use crate::payload::cleanup::ObjectCleanup;
 use crate::payload::{self, Resolver};
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
@@ -63,7 +64,7 @@ pub async fn start(
         return Err(epochs::not_built_for_clusters());
     }
     let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
-    let (sinks, resolver) = outputs(settings, options, stop, &metrics, &sdk)?;
+    let Outputs { sinks, resolver, objects } = outputs(settings, options, stop, &metrics, &sdk)?;
     let mut clients = SqsClients::new(sdk);
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
@@ -92,7 +93,7 @@ pub async fn start(
     };
     let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
     let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone());
-    let acker = Acker::spawn(queues.clone(), ledger.clone(), metrics.clone());
+    let acker = Acker::spawn(queues.clone(), ledger.clone(), metrics.clone(), objects);
     let pipeline = Arc::new(Pipeline::new(
         dispatcher,
         ledger.clone(),
@@ -123,14 +124,22 @@ pub async fn start(
     }))
 }
 
-/// The sinks, and the resolver of payloads kept in S3 (absent unless the payload format names one).
+/// Where records go and what they need on the way.
+struct Outputs {
+    sinks: Sinks,
+    /// The resolver of payloads kept in S3 (absent unless the payload format names one).
+    resolver: Option<Arc<Resolver>>,
+    /// The deleter of Extended Client objects (absent unless `extendedClient.deleteObjects`).
+    objects: Option<Arc<ObjectCleanup>>,
+}
+
 fn outputs(
     settings: &Settings,
     options: &Options,
     stop: &Stop,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     sdk: &aws_config::SdkConfig,
-) -> Result<(Sinks, Option<Arc<Resolver>>)> {
+) -> Result<Outputs> {
     let context = SinkContext {
         reader_id: options.reader_id.clone(),
         retry: settings.spec.delivery.retry.clone(),
@@ -145,7 +154,11 @@ fn outputs(
     if let Some(resolver) = &resolver {
         metrics.payload.watch(resolver.stats());
     }
-    Ok((sinks, resolver))
+    let objects = resolver
+        .as_ref()
+        .filter(|_| payload.delete_objects)
+        .map(|r| ObjectCleanup::start(r.client().clone(), metrics.clone()));
+    Ok(Outputs { sinks, resolver, objects })
 }
 
 /// This replica's share of the source-wide rate limit follows the autoscaler's replica count

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
+use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::backoff;
 use crate::process::metrics::Metrics;
 use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
@@ -62,19 +63,32 @@ enum Command {
 #[derive(Clone)]
 pub struct Acker {
     tx: mpsc::UnboundedSender<Command>,
+    objects: Option<Arc<ObjectCleanup>>,
 }
 
 struct Shared {
     queues: Vec<Arc<Queue>>,
     ledger: Arc<Mutex<Ledger>>,
     metrics: Arc<Metrics>,
+    /// Told which deletes SQS confirmed, so their Extended Client objects go too.
+    objects: Option<Arc<ObjectCleanup>>,
 }
 
 impl Acker {
-    pub fn spawn(queues: Vec<Arc<Queue>>, ledger: Arc<Mutex<Ledger>>, metrics: Arc<Metrics>) -> Self {
+    pub fn spawn(
+        queues: Vec<Arc<Queue>>,
+        ledger: Arc<Mutex<Ledger>>,
+        metrics: Arc<Metrics>,
+        objects: Option<Arc<ObjectCleanup>>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics })));
-        Self { tx }
+        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics, objects: objects.clone() })));
+        Self { tx, objects }
+    }
+
+    /// Where delivered messages' Extended Client objects are remembered (absent: kept).
+    pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
+        self.objects.as_ref()
     }
 
     pub fn delete(&self, ticket: Ticket, receipt: Receipt) {
@@ -162,6 +176,9 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                 Some(Command::Close(done)) => {
                     flush(&mut calls, &shared, &mut pending).await;
                     while calls.join_next().await.is_some() {}
+                    if let Some(objects) = &shared.objects {
+                        objects.close().await;
+                    }
                     let _ = done.send(());
                     return;
                 }
@@ -302,15 +319,26 @@ fn finish(shared: &Shared, kind: Kind, done: &[Ticket]) {
         return;
     }
     match kind {
-        Kind::Delete => shared.metrics.deleted.inc_by(done.len() as u64),
-        Kind::Release { .. } => shared.metrics.released.inc_by(done.len() as u64),
-    };
+        Kind::Delete => {
+            shared.metrics.deleted.inc_by(done.len() as u64);
+            // Only what SQS confirmed: a failed entry's message comes back and needs its object.
+            if let Some(objects) = &shared.objects {
+                objects.deleted(done);
+            }
+        }
+        Kind::Release { .. } => {
+            shared.metrics.released.inc_by(done.len() as u64);
+        }
+    }
     forget(shared, done);
 }
 
 fn forget(shared: &Shared, tickets: &[Ticket]) {
     if tickets.is_empty() {
         return;
+    }
+    if let Some(objects) = &shared.objects {
+        objects.forget(tickets);
     }
     let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
     for t in tickets {
