@@ -150,8 +150,12 @@ pub fn summary(all: &[Sample], base_ms: f64) {
         if rtt > 0 {
             for c in consumers(&samples) {
                 let pollers = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.pollers).collect());
-                let receive_ms: Vec<f64> =
-                    samples.iter().filter(|s| s.consumer == c).filter_map(|s| s.receive_ms).collect();
+                // Per run (its rate against its own pollers and receive time), then the median.
+                let by_receive: Vec<(f64, f64)> = samples
+                    .iter()
+                    .filter(|s| s.consumer == c)
+                    .filter_map(|s| s.receive_ms.map(|ms| (ms, s.rate() / (s.pollers * 10.0 * 1000.0 / ms))))
+                    .collect();
                 let ceiling = pollers * 10.0 * 1000.0 / rtt as f64;
                 let with_base = pollers * 10.0 * 1000.0 / (rtt as f64 + base_ms);
                 let rate = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.rate()).collect());
@@ -169,14 +173,16 @@ pub fn summary(all: &[Sample], base_ms: f64) {
                     rate / ceiling,
                     rate / with_base
                 );
-                if !receive_ms.is_empty() {
-                    let took = median(receive_ms);
-                    let by_receive = pollers * 10.0 * 1000.0 / took;
+                if !by_receive.is_empty() {
+                    let took = median(by_receive.iter().map(|(ms, _)| *ms).collect());
+                    let ratios: Vec<f64> = by_receive.iter().map(|(_, r)| *r).collect();
+                    let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
                     println!(
-                        "  at the receive time it measured ({took:.1} ms a call): {pollers:.1} x 10 / {took:.1} ms = \
-                         {by_receive:.0} msgs/s: {:<8} {:.2} of it",
+                        "  at the receive time it measured (median {took:.1} ms a call): each run's rate / \
+                         (its pollers x 10 / its receive time): {:<8} [{}] (median {:.2})",
                         c.label(),
-                        rate / by_receive
+                        shown.join(", "),
+                        median(ratios)
                     );
                 }
             }
