@@ -82,7 +82,7 @@ pub struct SqsSourceSpec {
     /// AWS credentials: default chain, an assumed role, or a Secret. Default: the default chain.
     #[serde(default)]
     pub credentials: Credentials,
-    /// ReceiveMessage settings. Default: 10 messages, 20 s long poll, 4 pollers per pod.
+    /// ReceiveMessage settings. Default: 10 messages, 20 s long poll, at least 4 pollers per pod.
     #[serde(default)]
     pub receive: ReceiveSpec,
     /// Throughput cap for the whole source. Absent: no limit.

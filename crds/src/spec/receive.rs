@@ -27,7 +27,11 @@ pub struct ReceiveSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 43200))]
     pub visibility_timeout_seconds: Option<i32>,
-    /// Concurrent long-poll loops per reader pod, 1-64. Default 4.
+    /// Concurrent long-poll loops per reader pod: at least this many, 1-64 (default 4), grown
+    /// while it pays, up to twice this many: a poller is added while receives come back full and
+    /// nothing else (the sinks, the rate limit) is the limit, and kept only if the rate then rises
+    /// by most of what it promised; pollers are given back when receives come back part-empty or
+    /// each call starts taking well longer than usual at SQS.
     #[serde(default = "default_pollers")]
     #[schemars(range(min = 1, max = 64))]
     pub pollers: i32,

@@ -298,7 +298,8 @@ impl Run<'_> {
                 consumer,
                 round,
                 rtt_ms: self.rtt_ms,
-                pollers: self.args.pollers,
+                pollers: self.args.pollers as f64,
+                receive_ms: None,
                 calls,
                 memory: Memory { idle_kib: idle_kib.map(|(rss, _)| rss), end_kib: rss, peak_kib: hwm },
                 seconds: (end - first).as_secs_f64(),
@@ -313,7 +314,12 @@ impl Run<'_> {
         let log = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
         outcome.map(|mut sample| {
             if matches!(consumer, Consumer::Reader(_)) {
-                sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers);
+                match rtt::pollers_windows(&log) {
+                    Some((pollers, receive_ms)) => {
+                        (sample.pollers, sample.receive_ms) = (pollers, Some(receive_ms))
+                    }
+                    None => sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers) as f64,
+                }
             }
             sample
         })
@@ -360,6 +366,8 @@ impl Run<'_> {
                 );
                 std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
                 let mut c = Command::new(&self.readers[which]);
+                // Its per-window poller figures (count, receive time), for the summary.
+                c.env("RUST_LOG", "info,sluice_reader::run::pollers=debug");
                 c.arg("--source")
                     .arg(&source)
                     .arg("--admin-addr=127.0.0.1:0")

@@ -41,8 +41,12 @@ pub struct Sample {
     pub round: usize,
     /// Round trip the latency proxy added (0: none).
     pub rtt_ms: u64,
-    /// Pollers at the end of the run (the reader adapts its count; the loop keeps its own).
-    pub pollers: usize,
+    /// Pollers while messages came: the reader's mean over its windows that brought messages (it
+    /// adapts its count), else the count it ended with; the loop keeps its own.
+    pub pollers: f64,
+    /// The reader's mean time per ReceiveMessage that brought messages, as it measured it (RTT
+    /// plus SQS's own time under this load); `None` for the loop and readers that do not log it.
+    pub receive_ms: Option<f64>,
     /// SQS calls through the proxy (all zero without one).
     pub calls: Calls,
     pub memory: Memory,
@@ -95,7 +99,7 @@ pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize,
 pub fn line(s: &Sample) {
     let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     println!(
-        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>7.1} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         s.consumer.label(),
         s.rtt_ms,
         s.round,
@@ -132,8 +136,9 @@ impl Sample {
 }
 
 /// Per round trip: the medians of both and their ratios, then (behind a proxy) each one's ratio to
-/// the ceiling `pollers x 10 / RTT` of the pollers it ended with (every poller receiving a full
-/// batch once per round trip).
+/// the ceiling `pollers x 10 / RTT` of the pollers it chose (every poller receiving a full batch
+/// once per round trip), and for a reader that logs its receive time, to `pollers x 10 / receive
+/// time`: how much of each poller's turn went to its receive, whatever SQS's own time was.
 pub fn summary(all: &[Sample], base_ms: f64) {
     let mut rtts: Vec<u64> = all.iter().map(|s| s.rtt_ms).collect();
     rtts.dedup();
@@ -144,8 +149,13 @@ pub fn summary(all: &[Sample], base_ms: f64) {
         summary_of(&samples);
         if rtt > 0 {
             for c in consumers(&samples) {
-                let pollers =
-                    median(samples.iter().filter(|s| s.consumer == c).map(|s| s.pollers as f64).collect());
+                let pollers = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.pollers).collect());
+                // Per run (its rate against its own pollers and receive time), then the median.
+                let by_receive: Vec<(f64, f64)> = samples
+                    .iter()
+                    .filter(|s| s.consumer == c)
+                    .filter_map(|s| s.receive_ms.map(|ms| (ms, s.rate() / (s.pollers * 10.0 * 1000.0 / ms))))
+                    .collect();
                 let ceiling = pollers * 10.0 * 1000.0 / rtt as f64;
                 let with_base = pollers * 10.0 * 1000.0 / (rtt as f64 + base_ms);
                 let rate = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.rate()).collect());
@@ -157,12 +167,24 @@ pub fn summary(all: &[Sample], base_ms: f64) {
                         .collect(),
                 );
                 println!(
-                    "ceiling {pollers:.0} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
+                    "ceiling {pollers:.1} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
                      of {with_base:.0} (RTT + LocalStack's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
                     c.label(),
                     rate / ceiling,
                     rate / with_base
                 );
+                if !by_receive.is_empty() {
+                    let took = median(by_receive.iter().map(|(ms, _)| *ms).collect());
+                    let ratios: Vec<f64> = by_receive.iter().map(|(_, r)| *r).collect();
+                    let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+                    println!(
+                        "  at the receive time it measured (median {took:.1} ms a call): each run's rate / \
+                         (its pollers x 10 / its receive time): {:<8} [{}] (median {:.2})",
+                        c.label(),
+                        shown.join(", "),
+                        median(ratios)
+                    );
+                }
             }
         }
     }

@@ -101,6 +101,28 @@ pub fn pollers_chosen(log: &str) -> Option<usize> {
     (!per_queue.is_empty()).then(|| per_queue.values().sum())
 }
 
+/// From the reader's "pollers window" debug lines (one a second per queue, text format), over the
+/// windows that brought messages: the mean poller count (summed over queues per window would need
+/// their timing; one queue is what the bench runs) and the mean time per receive, weighted by the
+/// messages of each window. `None` if it logged none (a reader built before those lines).
+pub fn pollers_windows(log: &str) -> Option<(f64, f64)> {
+    let (mut windows, mut pollers, mut messages, mut weighted_ms) = (0.0, 0.0, 0.0, 0.0);
+    for line in log.lines().filter(|l| l.contains("pollers window")) {
+        let field = |name: &str| {
+            line.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse::<f64>().ok())
+        };
+        let (Some(p), Some(m), Some(ms)) = (field("pollers="), field("messages="), field("round_trip_ms="))
+        else {
+            continue;
+        };
+        if m > 0.0 {
+            (windows, pollers, messages, weighted_ms) =
+                (windows + 1.0, pollers + p, messages + m, weighted_ms + m * ms);
+        }
+    }
+    (windows > 0.0).then(|| (pollers / windows, weighted_ms / messages))
+}
+
 /// `http://127.0.0.1:4566/...` -> 127.0.0.1:4566.
 fn upstream_addr(url: &str) -> Result<SocketAddr, String> {
     let rest = url.split("://").nth(1).ok_or_else(|| format!("{url} is not a URL"))?;
@@ -120,5 +142,16 @@ mod tests {
         let c = calls.snapshot();
         assert_eq!((c.receive, c.delete, c.visibility, c.other), (1, 1, 0, 0));
         assert_eq!(upstream_addr("http://localhost:4566/x").unwrap().port(), 4566);
+    }
+
+    #[test]
+    fn reads_the_readers_poller_windows() {
+        let log = "t DEBUG x: pollers window queue=q pollers=4 messages=400 round_trip_ms=100.0 room_wait_ms=0\n\
+                   t DEBUG x: pollers window queue=q pollers=6 messages=600 round_trip_ms=50.0 room_wait_ms=0\n\
+                   t DEBUG x: pollers window queue=q pollers=8 messages=0 round_trip_ms=0 room_wait_ms=0\n";
+        let (pollers, ms) = pollers_windows(log).unwrap();
+        assert_eq!(pollers, 5.0, "windows without messages do not count");
+        assert_eq!(ms, 70.0, "weighted by messages");
+        assert_eq!(pollers_windows("pollers resized queue=q from=4 to=5"), None);
     }
 }

@@ -7,7 +7,9 @@
 //! for room, which also counts retries, FIFO runs and dead-letter deliveries). The bound is the
 //! smaller of the two over the horizon, within the spec's ceilings.
 //!
-//! Fair start: a reader starts at one receive batch per poller and its bound at most doubles
+//! Fair start: a reader starts at two receive batches per poller (one on the wire, one being
+//! delivered: with one, a poller could not receive again until its last batch had settled, so
+//! each of its turns would cost a delivery on top of the round trip) and its bound at most doubles
 //! each step (one second), so a reader that has just started does not drain a backlog ahead of
 //! replicas starting beside it; it grows only as far as its deliveries show it can go. Under
 //! exactlyOnce the horizon is at most half the checkpoint interval, so an epoch runs about
@@ -30,7 +32,7 @@ pub struct Rule {
     pub horizon: Duration,
     /// One receive batch: the least a bound ever is.
     pub batch: usize,
-    /// The bound a reader starts with: one batch per poller.
+    /// The bound a reader starts with: two batches per poller.
     pub start: usize,
 }
 
@@ -50,7 +52,7 @@ impl Rule {
     pub fn new(held: &HeldSettings, pollers: usize, batch: usize, interval: Option<Duration>) -> Self {
         let horizon = interval.map_or(held.horizon, |i| held.horizon.min(i / 2));
         let ceiling = Bound { messages: held.max_messages, bytes: held.max_bytes };
-        Self { ceiling, horizon, batch, start: (pollers * batch).min(held.max_messages).max(1) }
+        Self { ceiling, horizon, batch, start: (2 * pollers * batch).min(held.max_messages).max(1) }
     }
 
     /// The next bound after `previous` (`None`: the first), given the drain measured over the
@@ -91,16 +93,16 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_starts_at_one_batch_per_poller_and_at_most_doubles() {
+    fn a_reader_starts_at_two_batches_per_poller_and_at_most_doubles() {
         let r = rule();
         let mut bound = r.next(None, None, RateSettings::default());
-        assert_eq!(bound.messages, 40);
+        assert_eq!(bound.messages, 80);
         let mut steps = Vec::new();
         for _ in 0..6 {
             bound = r.next(Some(bound), Some(5_000.0), RateSettings::default());
             steps.push(bound.messages);
         }
-        assert_eq!(steps, vec![80, 160, 320, 640, 1000, 1000], "doubling up to the ceiling");
+        assert_eq!(steps, vec![160, 320, 640, 1000, 1000, 1000], "doubling up to the ceiling");
     }
 
     #[test]

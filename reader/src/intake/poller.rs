@@ -9,6 +9,7 @@
 //! messages are visible again at once rather than after their visibility timeout.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
@@ -61,6 +62,29 @@ pub struct Poller {
     /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
     /// is resolved).
     pub resolver: Option<Arc<Resolver>>,
+    /// Shared by the queue's pollers: what they waited for before receiving again.
+    pub waits: Arc<Waits>,
+}
+
+/// Time a queue's pollers spent between a receive's answer and the next receive waiting for room
+/// or for the rate limit, for the poller count: waiting for room says the sinks are the limit,
+/// waiting for the rate limit says it is; either way more pollers would not help.
+#[derive(Debug, Default)]
+pub struct Waits {
+    room_us: AtomicU64,
+    rate_us: AtomicU64,
+}
+
+impl Waits {
+    fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Waited for room and for the rate limit since the last call.
+    pub fn take(&self) -> (Duration, Duration) {
+        let take = |c: &AtomicU64| Duration::from_micros(c.swap(0, Ordering::Relaxed));
+        (take(&self.room_us), take(&self.rate_us))
+    }
 }
 
 /// What one turn of the loop brought.
@@ -117,10 +141,18 @@ impl Poller {
         if !self.wait_for_gate(stop).await {
             return Turn::Stop;
         }
-        let claim = tokio::select! {
-            biased;
-            () = stop.stopped() => return Turn::Stop,
-            claim = self.held.claim(max as usize) => claim,
+        let claim = match self.held.try_claim(max as usize) {
+            Some(claim) => claim,
+            None => {
+                let since = Instant::now();
+                let claim = tokio::select! {
+                    biased;
+                    () = stop.stopped() => return Turn::Stop,
+                    claim = self.held.claim(max as usize) => claim,
+                };
+                Waits::add(&self.waits.room_us, since);
+                claim
+            }
         };
         if self.queue.fifo && retry.attempt_id.is_none() {
             retry.attempt_id = Some(random_attempt_id());
@@ -196,6 +228,7 @@ impl Poller {
         if items.is_empty() {
             return true;
         }
+        let since = Instant::now();
         tokio::select! {
             biased;
             () = self.pipeline.stop().stopped() => {
@@ -204,6 +237,7 @@ impl Poller {
             }
             () = self.limiter.acquire(items.len(), bytes) => {}
         }
+        Waits::add(&self.waits.rate_us, since);
         self.pipeline.metrics().held.waited(items.len(), landed.elapsed());
         crate::settle::held_report::waited(items.len(), landed.elapsed());
         self.pipeline.deliver(tickets, items, self.queue.fifo, claim);

@@ -1,9 +1,9 @@
 //! A queue's pollers, as many as `intake::poller_count` says, resized once a window.
 //!
 //! Why a task per queue: each queue has its own round trip and backlog. The task starts the spec's
-//! count, then every window reads what the queue's receives brought (`Queue::receives`) and
-//! whether pollers found the capacity exhausted (the sink being the limit), and starts pollers or
-//! retires the newest ones (a retired poller finishes the batch it has, then ends). On a stop it
+//! count, then every window reads what the queue's receives brought (`Queue::receives`) and how
+//! long its pollers waited for room (the sink being the limit) or for the rate limit, and starts
+//! pollers or retires the newest ones (a retired poller finishes the batch it has, then ends). On a stop it
 //! waits for all of its pollers, so the drain sees the queue quiet when this task ends.
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::intake::limiter::Limiter;
-use crate::intake::poller::Poller;
+use crate::intake::poller::{Poller, Waits};
 use crate::intake::poller_count::{Bounds, PollerCount, Window};
 use crate::payload::Resolver;
 use crate::settle::Pipeline;
@@ -26,6 +26,10 @@ use crate::settle::held::Held;
 const TICK: Duration = Duration::from_millis(100);
 /// Ticks per window: one resize a second at most.
 const TICKS: u32 = 10;
+/// Share of the pollers' time spent waiting for room (or for the rate limit) above which that,
+/// not the pollers, is what limits the queue. A poller whose last batch is still being delivered
+/// waits a little for room now and then; one that waits a tenth of its time is held back.
+const WAITING: f64 = 0.1;
 
 pub struct Crew {
     pub queue: Arc<Queue>,
@@ -46,28 +50,39 @@ impl Crew {
         let mut retire: Vec<CancellationToken> = Vec::new();
         let mut next_id = 0;
         let mut count = PollerCount::new(self.bounds);
-        self.resize(count.current(), &mut retire, &mut pollers, &mut next_id);
+        let waits = Arc::new(Waits::default());
+        self.resize(count.current(), &mut retire, &mut pollers, &mut next_id, &waits);
         self.queue.receives.take();
         let stop = self.pipeline.stop().clone();
         'windows: loop {
-            let mut capacity_short = false;
+            let started = tokio::time::Instant::now();
             for _ in 0..TICKS {
                 tokio::select! {
                     () = stop.stopped() => break 'windows,
                     () = tokio::time::sleep(TICK) => {}
                 }
-                let figures = self.held.figures();
-                capacity_short |= figures.bound.messages.saturating_sub(figures.messages) < self.bounds.batch;
                 while pollers.try_join_next().is_some() {}
             }
             let tallied = self.queue.receives.take();
+            let (room, rate) = waits.take();
+            let poller_time = started.elapsed().as_secs_f64() * retire.len().max(1) as f64;
+            let capacity_short = room.as_secs_f64() > WAITING * poller_time;
             let window = Window {
                 receives: tallied.receives,
                 messages: tallied.messages,
                 round_trip: tallied.round_trip,
                 waited_for_capacity: capacity_short,
-                waited_for_rate: false,
+                waited_for_rate: rate.as_secs_f64() > WAITING * poller_time,
             };
+            tracing::debug!(
+                queue = %self.queue.url,
+                pollers = retire.len(),
+                messages = tallied.messages,
+                round_trip_ms = tallied.round_trip.as_secs_f64() * 1000.0,
+                room_wait_ms = room.as_millis() as u64,
+                rate_wait_ms = rate.as_millis() as u64,
+                "pollers window"
+            );
             let want = count.next(window);
             if want != retire.len() {
                 let fill =
@@ -79,9 +94,10 @@ impl Crew {
                     batch_fill = (fill * 100.0).round() / 100.0,
                     round_trip_ms = tallied.round_trip.as_millis() as u64,
                     sink_bound = capacity_short,
+                    rate_bound = window.waited_for_rate,
                     "pollers resized"
                 );
-                self.resize(want, &mut retire, &mut pollers, &mut next_id);
+                self.resize(want, &mut retire, &mut pollers, &mut next_id, &waits);
             }
         }
         while pollers.join_next().await.is_some() {}
@@ -94,6 +110,7 @@ impl Crew {
         retire: &mut Vec<CancellationToken>,
         pollers: &mut JoinSet<()>,
         next_id: &mut usize,
+        waits: &Arc<Waits>,
     ) {
         while retire.len() > want {
             if let Some(token) = retire.pop() {
@@ -112,6 +129,7 @@ impl Crew {
                 pipeline: self.pipeline.clone(),
                 resolver: self.resolver.clone(),
                 retire: token.clone(),
+                waits: waits.clone(),
             };
             pollers.spawn(poller.run());
             retire.push(token);
