@@ -27,12 +27,15 @@ impl PayloadSettings {
         if !(1..=256).contains(&spec.max_concurrent_fetches) {
             return Err(Error::config("spec.payload.maxConcurrentFetches", "must be 1-256"));
         }
-        if spec.max_bytes_in_flight < spec.max_object_bytes {
+        // Objects above streamAboveBytes are never held whole: only the largest held object
+        // must fit in the budget.
+        let largest_held = spec.max_object_bytes.min(spec.stream_above_bytes);
+        if spec.max_bytes_in_flight < largest_held {
             return Err(Error::config(
                 "spec.payload.maxBytesInFlight",
                 format!(
-                    "is {} but must be at least maxObjectBytes ({}), or the largest object could never be fetched: raise it or lower maxObjectBytes",
-                    spec.max_bytes_in_flight, spec.max_object_bytes
+                    "is {} but must be at least the largest object held whole ({largest_held}, the smaller of maxObjectBytes and streamAboveBytes), or that object could never be fetched: raise it or lower streamAboveBytes",
+                    spec.max_bytes_in_flight
                 ),
             ));
         }
@@ -53,6 +56,7 @@ impl PayloadSettings {
                 max_object_bytes: spec.max_object_bytes,
                 max_concurrent_fetches: spec.max_concurrent_fetches as usize,
                 max_bytes_in_flight: spec.max_bytes_in_flight,
+                stream_above_bytes: spec.stream_above_bytes,
             },
             endpoint,
             region: spec.s3.as_ref().and_then(|s| s.region.clone()),
@@ -72,6 +76,13 @@ mod tests {
         assert_eq!(settings.bounds.max_object_bytes, 64 * 1024 * 1024);
         let small_budget = PayloadSpec { max_bytes_in_flight: 1, ..PayloadSpec::default() };
         let err = PayloadSettings::from_spec(&small_budget).unwrap_err().to_string();
+        assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
+        assert!(err.contains("streamAboveBytes"), "{err}");
+        // Streamed objects are not held whole: a 4 GiB limit fits a budget of the default 256 MiB.
+        let huge = PayloadSpec { max_object_bytes: 4 << 30, ..PayloadSpec::default() };
+        assert_eq!(PayloadSettings::from_spec(&huge).unwrap().bounds.stream_above_bytes, 8 << 20);
+        let unstreamed = PayloadSpec { stream_above_bytes: 4 << 30, ..huge };
+        let err = PayloadSettings::from_spec(&unstreamed).unwrap_err().to_string();
         assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
         let zero = PayloadSpec { max_concurrent_fetches: 0, ..PayloadSpec::default() };
         let err = PayloadSettings::from_spec(&zero).unwrap_err().to_string();

@@ -25,8 +25,10 @@ use crate::record::{Payload, Record};
 pub mod fetch;
 pub mod notification;
 pub mod pointer;
+pub mod stream;
 
-pub use fetch::{Bounds, FetchError, Fetcher};
+pub use fetch::{Bounds, FetchError, Fetched, Fetcher};
+pub use stream::StreamedObject;
 
 use notification::{Notification, ObjectEvent};
 
@@ -65,6 +67,12 @@ impl FetchStats {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.held_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
+
+    /// A streamed object was read to its end by a sink (each sink's read counts).
+    fn streamed(&self, bytes: u64) {
+        self.objects.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 pub struct Resolver {
@@ -82,12 +90,17 @@ impl Resolver {
 
     /// The object's bytes, if its bucket is one the spec allows.
     async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+        self.allowed(bucket, key)?;
+        self.fetcher.fetch(bucket, key, version).await
+    }
+
+    fn allowed(&self, bucket: &str, key: &str) -> Result<(), FetchError> {
         if !self.buckets.is_empty() && !self.buckets.iter().any(|b| b == bucket) {
             return Err(FetchError::Permanent(format!(
                 "s3://{bucket}/{key}: bucket {bucket} is not in spec.payload.s3.buckets: add it there to have its objects fetched"
             )));
         }
-        self.fetcher.fetch(bucket, key, version).await
+        Ok(())
     }
 
     /// Whether messages of `format` need this resolver at all.
@@ -139,9 +152,30 @@ impl Resolver {
             record.body = Bytes::new();
             return Resolution::Deliver(record);
         }
-        match self.fetch(&object.bucket, &object.key, object.version_id.as_deref()).await {
-            Ok(body) => {
+        let fetched = match self.allowed(&object.bucket, &object.key) {
+            Ok(()) => {
+                let version = object.version_id.as_deref();
+                self.fetcher.fetch_or_refer(&object.bucket, &object.key, version, object.size).await
+            }
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(Fetched::Whole(body)) => {
                 record.body = body;
+                Resolution::Deliver(record)
+            }
+            Ok(Fetched::Streamed(streamed)) => {
+                // What intake checked (the event's own values are kept where it has them).
+                let checked = &streamed.object;
+                let attributes = &mut record.message_attributes;
+                for (name, value) in [(VERSION_ID, &checked.version_id), (ETAG, &checked.etag)] {
+                    if let Some(value) = value {
+                        attributes.entry(name.to_owned()).or_insert_with(|| value.clone());
+                    }
+                }
+                attributes.insert(SIZE.to_owned(), checked.size.to_string());
+                record.body = Bytes::new();
+                record.object = Some(Arc::new(streamed));
                 Resolution::Deliver(record)
             }
             Err(FetchError::Permanent(reason)) => Resolution::Poison(record, reason),
@@ -235,7 +269,12 @@ mod tests {
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
             .build();
-        let bounds = Bounds { max_object_bytes: 1024, max_concurrent_fetches: 1, max_bytes_in_flight: 1024 };
+        let bounds = Bounds {
+            max_object_bytes: 1024,
+            max_concurrent_fetches: 1,
+            max_bytes_in_flight: 1024,
+            stream_above_bytes: 512,
+        };
         let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
         Resolver::new(PayloadFormat::Raw, true, fetcher, buckets.iter().map(|b| (*b).to_owned()).collect())
     }
