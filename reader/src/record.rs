@@ -53,8 +53,9 @@ pub struct Record {
     /// W3C `traceparent` of the trace the message belongs to (from its `traceparent` message
     /// attribute or its converted `AWSTraceHeader`), passed on to HTTP sinks and into log lines.
     pub trace: Option<String>,
-    /// An object above `spec.payload.streamAboveBytes`: not in `body` (which is empty), read by
-    /// each sink as it delivers the record.
+    /// An object above `spec.payload.streamAboveBytes`, read by each sink as it delivers the
+    /// record. What is delivered is then the object, not `body`, which stays the message as
+    /// received (the notification, what a dead-letter sink is sent).
     pub object: Option<Arc<StreamedObject>>,
 }
 
@@ -67,6 +68,6 @@ impl Record {
     /// Bytes the record delivers: its body, or its streamed object's size (what the rate limit's
     /// bytes/s and the delivered-bytes metrics count).
     pub fn content_bytes(&self) -> u64 {
-        self.body.len() as u64 + self.object.as_ref().map_or(0, |o| o.size())
+        self.object.as_ref().map_or(self.body.len() as u64, |o| o.size())
     }
 }

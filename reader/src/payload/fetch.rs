@@ -62,6 +62,14 @@ pub enum FetchError {
     Transient(String),
 }
 
+impl FetchError {
+    pub fn reason(&self) -> &str {
+        match self {
+            FetchError::Permanent(reason) | FetchError::Transient(reason) => reason,
+        }
+    }
+}
+
 pub struct Fetcher {
     client: Client,
     bounds: Bounds,

@@ -174,7 +174,7 @@ impl Resolver {
                     }
                 }
                 attributes.insert(SIZE.to_owned(), checked.size.to_string());
-                record.body = Bytes::new();
+                // The body stays the notification: what a dead-letter sink receives.
                 record.object = Some(Arc::new(streamed));
                 Resolution::Deliver(record)
             }

@@ -169,7 +169,9 @@ impl ObjectBody {
                     return Some(Ok(chunk));
                 }
             }
-            Some(Err(e)) => Err(FetchError::Transient(format!("reading {at} failed after {read} bytes: {e}"))),
+            Some(Err(e)) => {
+                Err(FetchError::Transient(format!("reading {at} failed after {read} bytes: {e}")))
+            }
             None if read < size => {
                 Err(FetchError::Transient(format!("reading {at} ended after {read} of {size} bytes")))
             }
