@@ -46,21 +46,23 @@ pub struct PayloadSpec {
     #[schemars(range(min = 1, max = 256))]
     pub max_concurrent_fetches: u32,
     /// Bytes of fetched objects a reader pod holds at once (fetching and not yet delivered), at
-    /// least the largest object held whole (the smaller of `maxObjectBytes` and
-    /// `streamAboveBytes`), at most 17179869184 (16 GiB). A streamed object counts one window of
+    /// least the largest object held whole (`maxObjectBytes` while Extended Client pointers are
+    /// resolved, else the smaller of `maxObjectBytes` and `streamAboveBytes`), at most
+    /// 17179869184 (16 GiB). A streamed object counts one window of
     /// 8 MiB (or this whole budget, if smaller) while a sink reads it. Default 268435456 (256 MiB).
     #[serde(default = "default_max_bytes_in_flight")]
     #[schemars(range(min = 1, max = 17_179_869_184_u64))]
     pub max_bytes_in_flight: u64,
-    /// Objects larger than this many bytes, 0-4294967296, are streamed instead of held whole: at
-    /// intake the reader only checks the object (HeadObject: size, ETag, version; a missing or
-    /// unreadable object still goes to the dead-letter sink), and each sink reads it from S3 when
-    /// it delivers it, pinned to that version and ETag (so a retry never mixes two versions). The
-    /// `http` sink sends it as a streamed request body with its Content-Length; the `s3` sink
-    /// copies it into its output in parts, writing it as `bodyBase64`. The `sqs` and `log` sinks
-    /// cannot stream: a streamed object routed to one of them is rejected and goes to the
-    /// dead-letter sink, which receives the object's identity (`sluice-s3*` attributes) and the
-    /// reason, not its bytes. Default 8388608 (8 MiB).
+    /// Objects an S3 notification names that are larger than this many bytes, 0-4294967296, are
+    /// streamed instead of held whole (Extended Client payloads, which become the message body,
+    /// are always fetched whole). At intake the reader only checks such an object (HeadObject:
+    /// size, ETag, version; a missing or unreadable object still goes to the dead-letter sink),
+    /// and each sink reads it from S3 as it delivers it, pinned to that version and ETag (a retry
+    /// reads it again, never a mix of two versions). The `http` sink sends it as a streamed
+    /// request body with its Content-Length; the `s3` sink copies it into its output part by
+    /// part, as `bodyBase64`. The `sqs` and `log` sinks cannot stream: a streamed object routed to
+    /// one of them is rejected, and the dead-letter sink receives the notification with the
+    /// reason, not the object. Default 8388608 (8 MiB).
     #[serde(default = "default_stream_above_bytes")]
     #[schemars(range(max = 4_294_967_296_u64))]
     pub stream_above_bytes: u64,

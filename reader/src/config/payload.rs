@@ -27,14 +27,21 @@ impl PayloadSettings {
         if !(1..=256).contains(&spec.max_concurrent_fetches) {
             return Err(Error::config("spec.payload.maxConcurrentFetches", "must be 1-256"));
         }
-        // Objects above streamAboveBytes are never held whole: only the largest held object
-        // must fit in the budget.
-        let largest_held = spec.max_object_bytes.min(spec.stream_above_bytes);
+        // Only the largest object held whole must fit in the budget: notified objects above
+        // streamAboveBytes are streamed, Extended Client payloads (the message body) never are.
+        let (largest_held, which) = if spec.extended_client.resolve {
+            (spec.max_object_bytes, "maxObjectBytes: Extended Client payloads are held whole")
+        } else {
+            (
+                spec.max_object_bytes.min(spec.stream_above_bytes),
+                "the smaller of maxObjectBytes and streamAboveBytes",
+            )
+        };
         if spec.max_bytes_in_flight < largest_held {
             return Err(Error::config(
                 "spec.payload.maxBytesInFlight",
                 format!(
-                    "is {} but must be at least the largest object held whole ({largest_held}, the smaller of maxObjectBytes and streamAboveBytes), or that object could never be fetched: raise it or lower streamAboveBytes",
+                    "is {} but must be at least the largest object held whole ({largest_held}, {which}), or that object could never be fetched: raise it, or lower maxObjectBytes or streamAboveBytes",
                     spec.max_bytes_in_flight
                 ),
             ));
@@ -78,9 +85,18 @@ mod tests {
         let err = PayloadSettings::from_spec(&small_budget).unwrap_err().to_string();
         assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
         assert!(err.contains("streamAboveBytes"), "{err}");
-        // Streamed objects are not held whole: a 4 GiB limit fits a budget of the default 256 MiB.
-        let huge = PayloadSpec { max_object_bytes: 4 << 30, ..PayloadSpec::default() };
+        // Streamed objects are not held whole: without Extended Client payloads (held whole), a
+        // 4 GiB limit fits a budget of the default 256 MiB.
+        let huge = PayloadSpec {
+            max_object_bytes: 4 << 30,
+            extended_client: sluice_crds::ExtendedClientSpec { resolve: false },
+            ..PayloadSpec::default()
+        };
         assert_eq!(PayloadSettings::from_spec(&huge).unwrap().bounds.stream_above_bytes, 8 << 20);
+        let resolving =
+            PayloadSpec { extended_client: sluice_crds::ExtendedClientSpec::default(), ..huge.clone() };
+        let err = PayloadSettings::from_spec(&resolving).unwrap_err().to_string();
+        assert!(err.contains("Extended Client payloads are held whole"), "{err}");
         let unstreamed = PayloadSpec { stream_above_bytes: 4 << 30, ..huge };
         let err = PayloadSettings::from_spec(&unstreamed).unwrap_err().to_string();
         assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
