@@ -229,8 +229,15 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
         return None;
     }
     // The fetch retries on its own (bounded, with backoff); the SDK's retries would multiply them.
+    // A streamed object is read only as fast as its sink writes it: the s3 sink stops reading
+    // while it uploads a part, which the SDK's default stall grace (5 s) would take for a stalled
+    // download on a slow or busy S3 endpoint.
+    let stall = aws_sdk_s3::config::StalledStreamProtectionConfig::enabled()
+        .grace_period(stream::STALL_GRACE)
+        .build();
     let mut config = aws_sdk_s3::config::Builder::from(aws)
         .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .stalled_stream_protection(stall)
         .response_checksum_validation(aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired);
     if let Some(endpoint) = &settings.endpoint {
         config = config.endpoint_url(endpoint);
@@ -249,7 +256,8 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
 
 static FETCH_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
 
-/// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered):
+/// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered;
+/// `resumed`, a streamed read cut midway and read on):
 /// a WARN line if one is due (at most one per kind per `warnings::WINDOW`, with the count).
 pub fn warn(kind: &'static str, reason: &str) {
     let due = FETCH_WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).note("payload", kind, Instant::now());

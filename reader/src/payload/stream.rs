@@ -6,6 +6,8 @@
 //! Each read is pinned to the version and ETag intake checked (`If-Match`), so a retry, which
 //! reads the object again from its start, never mixes two versions: a replaced object fails with
 //! `PreconditionFailed`, a deleted one with `NoSuchKey`, both permanent (dead-lettered).
+//! A read cut midway (a connection an S3 endpoint dropped while the sink was busy writing) is
+//! resumed from the byte it stopped at, a few times, under the same pin.
 //!
 //! The reader's fetch bounds cover these reads too: an open read holds one of the
 //! `maxConcurrentFetches` slots and a window of `maxBytesInFlight` ([`WINDOW_BYTES`], or the
@@ -26,6 +28,10 @@ use super::fetch::{Bounds, FetchError, classify, kib};
 /// Bytes of `maxBytesInFlight` an open read counts: about what one sink holds of it at a time
 /// (the s3 sink's part; the http sink holds far less).
 pub const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How long a read may make no progress before it fails: longer than a sink takes to write a
+/// window elsewhere (the s3 sink uploads a part between two reads).
+pub const STALL_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The object a streamed record stands for, as intake checked it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,38 +104,59 @@ impl StreamedObject {
     /// opens it again.
     pub async fn open(&self) -> Result<ObjectBody, FetchError> {
         let source = &self.source;
-        let object = &self.object;
         let stopping = |_| FetchError::Transient("the reader is stopping".into());
         let slot = source.fetches.clone().acquire_owned().await.map_err(stopping)?;
         let window = source.budget.clone().acquire_many_owned(source.window_kib).await.map_err(stopping)?;
-        let at = object.at();
-        let output = source
-            .client
-            .get_object()
-            .bucket(&object.bucket)
-            .key(&object.key)
-            .set_version_id(object.version_id.clone())
-            .set_if_match(object.etag.clone())
-            .send()
-            .await
-            .map_err(|e| classify("GetObject", &at, &e))?;
-        let len = u64::try_from(output.content_length.unwrap_or(0)).unwrap_or(0);
-        if len != object.size {
-            return Err(FetchError::Permanent(format!(
-                "GetObject {at} answered {len} bytes, not the {} checked at intake: the object was replaced",
-                object.size
-            )));
-        }
+        let body = get(&source.client, &self.object, 0).await?;
         Ok(ObjectBody {
-            body: output.body,
-            at,
-            size: object.size,
+            body,
+            object: self.object.clone(),
+            client: source.client.clone(),
             read: 0,
+            resumes: 0,
             done: false,
             _permits: (slot, window),
             stats: source.stats.clone(),
         })
     }
+}
+
+/// GetObject of `object` from byte `from` on, pinned to its version and ETag.
+async fn get(client: &Client, object: &ObjectRef, from: u64) -> Result<ByteStream, FetchError> {
+    let at = object.at();
+    let output = client
+        .get_object()
+        .bucket(&object.bucket)
+        .key(&object.key)
+        .set_version_id(object.version_id.clone())
+        .set_if_match(object.etag.clone())
+        .set_range((from > 0).then(|| format!("bytes={from}-")))
+        .send()
+        .await
+        .map_err(|e| classify("GetObject", &at, &e))?;
+    let len = u64::try_from(output.content_length.unwrap_or(0)).unwrap_or(0);
+    if len != object.size.saturating_sub(from) {
+        return Err(FetchError::Permanent(format!(
+            "GetObject {at} from byte {from} answered {len} bytes of the {} checked at intake: the object was replaced",
+            object.size
+        )));
+    }
+    Ok(output.body)
+}
+
+/// Times a read cut midway is resumed before the sink is told it failed.
+const RESUMES: u32 = 3;
+
+/// An error and its causes on one line (the SDK's own text is only "streaming error").
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The one-line reason a sink that needs whole bodies gives for a streamed object.
@@ -144,9 +171,10 @@ pub fn refusal(object: &ObjectRef, sink: &str, stream_above_bytes: u64) -> Strin
 /// An open read of a streamed object, holding its fetch slot and window until it is dropped.
 pub struct ObjectBody {
     body: ByteStream,
-    at: String,
-    size: u64,
+    object: ObjectRef,
+    client: Client,
     read: u64,
+    resumes: u32,
     done: bool,
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     stats: Arc<FetchStats>,
@@ -155,34 +183,47 @@ pub struct ObjectBody {
 impl ObjectBody {
     /// The next piece of the object; `None` once all of it, and exactly its size, was read.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, FetchError>> {
-        if self.done {
-            return None;
-        }
-        let next = self.body.next().await;
-        let (read, size, at) = (self.read, self.size, &self.at);
-        let answer = match next {
-            Some(Ok(chunk)) => {
-                self.read += chunk.len() as u64;
-                if self.read > size {
-                    Err(FetchError::Permanent(format!("{at} is longer than the {size} bytes it announced")))
-                } else {
-                    return Some(Ok(chunk));
-                }
-            }
-            Some(Err(e)) => {
-                Err(FetchError::Transient(format!("reading {at} failed after {read} bytes: {e}")))
-            }
-            None if read < size => {
-                Err(FetchError::Transient(format!("reading {at} ended after {read} of {size} bytes")))
-            }
-            None => {
-                self.stats.streamed(size);
-                self.done = true;
+        loop {
+            if self.done {
                 return None;
             }
-        };
-        self.done = true;
-        Some(answer)
+            let next = self.body.next().await;
+            let (read, size, at) = (self.read, self.object.size, self.object.at());
+            let cut = match next {
+                Some(Ok(chunk)) => {
+                    self.read += chunk.len() as u64;
+                    if self.read > size {
+                        self.done = true;
+                        let reason = format!("{at} is longer than the {size} bytes it announced");
+                        return Some(Err(FetchError::Permanent(reason)));
+                    }
+                    return Some(Ok(chunk));
+                }
+                Some(Err(e)) => format!("reading {at} failed after {read} bytes: {}", chain(&e)),
+                None if read < size => format!("reading {at} ended after {read} of {size} bytes"),
+                None => {
+                    self.stats.streamed(size);
+                    self.done = true;
+                    return None;
+                }
+            };
+            if let Err(e) = self.resume(cut).await {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+    }
+
+    /// Read on from where the read was cut, if resumes are left.
+    async fn resume(&mut self, cut: String) -> Result<(), FetchError> {
+        if self.resumes >= RESUMES {
+            return Err(FetchError::Transient(format!("{cut} (resumed {} times)", self.resumes)));
+        }
+        self.resumes += 1;
+        super::warn("resumed", &cut);
+        tokio::time::sleep(std::time::Duration::from_millis(200) * self.resumes).await;
+        self.body = get(&self.client, &self.object, self.read).await?;
+        Ok(())
     }
 
     /// The rest of the object as a stream of pieces (for a streamed request body).

@@ -40,6 +40,9 @@ use crate::record::Record;
 pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
 /// Buffered bytes of a transaction that trigger a part upload.
 pub const DEFAULT_PART_BYTES: usize = 8 * 1024 * 1024;
+/// Room beyond a part for the last piece of a streamed object that fills it (base64 of what one
+/// read answers; reads answer far less).
+const STREAM_PIECE_ROOM: usize = 1024 * 1024;
 
 pub struct S3Sink {
     name: String,
@@ -340,16 +343,21 @@ impl S3Sink {
         object: &StreamedObject,
     ) -> Result<(), (Copying, Option<StreamedLine>)> {
         let mut reading = object.open().await.map_err(|e| (Copying::Fetch(e), None))?;
+        // Room for a part and the piece that completes it, up front: a buffer grown by doubling
+        // past `part_bytes` would hold twice the part.
+        let room = self.part_bytes + STREAM_PIECE_ROOM;
+        upload.buffer.reserve(room.saturating_sub(upload.buffer.len()));
         let mut line = StreamedLine::start(&mut upload.buffer, record);
         while let Some(piece) = reading.next_chunk().await {
             match piece {
                 Ok(piece) => line.push(&mut upload.buffer, &piece),
                 Err(e) => return Err((Copying::Fetch(e), Some(line))),
             }
-            if upload.buffer.len() >= self.part_bytes
-                && let Err(e) = self.flush_to(key, upload).await
-            {
-                return Err((Copying::Sink(e), Some(line)));
+            if upload.buffer.len() >= self.part_bytes {
+                if let Err(e) = self.flush_to(key, upload).await {
+                    return Err((Copying::Sink(e), Some(line)));
+                }
+                upload.buffer.reserve(room);
             }
         }
         line.finish(&mut upload.buffer);
