@@ -48,8 +48,8 @@ pub struct PayloadSpec {
     /// Bytes of fetched objects a reader pod holds at once (fetching and not yet delivered), at
     /// least the largest object held whole (`maxObjectBytes` while Extended Client pointers are
     /// resolved, else the smaller of `maxObjectBytes` and `streamAboveBytes`), at most
-    /// 17179869184 (16 GiB). A streamed object counts one window of
-    /// 8 MiB (or this whole budget, if smaller) while a sink reads it. Default 268435456 (256 MiB).
+    /// 17179869184 (16 GiB). A streamed object counts one window of 8 MiB (or this whole budget,
+    /// if smaller) while a sink reads it. Default 268435456 (256 MiB).
     #[serde(default = "default_max_bytes_in_flight")]
     #[schemars(range(min = 1, max = 17_179_869_184_u64))]
     pub max_bytes_in_flight: u64,
