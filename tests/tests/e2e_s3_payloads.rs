@@ -344,14 +344,17 @@ fn notification_source(
       s3:
         bucket: {out_bucket}
         endpoint: {endpoint}
-  deadLetterSink:
-    name: unreadable
-    sqs:
-      queueUrl: {dlq_url}
-      endpoint: {endpoint}
-"#,
+{dead_letter}"#,
         head = source_head(name, &queue.url, endpoint),
-        dlq_url = dlq.url,
+        dead_letter = dead_letter_sink(dlq, endpoint),
+    )
+}
+
+/// The `deadLetterSink` of a source: the queue `dlq`.
+fn dead_letter_sink(dlq: &TestQueue, endpoint: &str) -> String {
+    format!(
+        "  deadLetterSink:\n    name: unreadable\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
+        dlq.url
     )
 }
 
@@ -568,6 +571,62 @@ async fn a_streamed_object_deleted_during_delivery_is_dead_lettered_with_its_rea
     drop(reader);
     queue.delete().await?;
     dlq.delete().await?;
+    Ok(())
+}
+
+/// An object above `streamAboveBytes` that a route sends to an `sqs` sink, which needs the whole
+/// body: refused, and the dead-letter queue gets the notification with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_object_for_an_sqs_sink_is_refused_into_the_dead_letter_queue() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let sqs = sqs_client(&endpoint);
+    let Notified { bucket, queue } = notified_bucket(&endpoint, "s3ref").await?;
+    let (forward, dlq) = (
+        TestQueue::create(&sqs, "s3ref-out", false).await?,
+        TestQueue::create(&sqs, "s3ref-dlq", false).await?,
+    );
+    let dir = tempfile::tempdir()?;
+    let key = "too big for sqs.bin";
+    let path = dir.path().join("object");
+    std::fs::write(&path, object_bytes(2 * MIB, 43))?;
+    let yaml = format!(
+        r#"{head}  payload:
+    format: s3Notification
+    streamAboveBytes: {MIB}
+    s3:
+      endpoint: {endpoint}
+  sinks:
+    - name: forward
+      sqs:
+        queueUrl: {out}
+        endpoint: {endpoint}
+{dead_letter}"#,
+        head = source_head("refused", &queue.url, &endpoint),
+        out = forward.url,
+        dead_letter = dead_letter_sink(&dlq, &endpoint),
+    );
+    let reader = Reader::start(dir.path(), &yaml)?;
+    py(&endpoint, &["upload", &bucket, key, path.to_str().unwrap_or_default()])?;
+    let started = Instant::now();
+    let reason = loop {
+        match the_dead_letter(&dlq, key).await {
+            Ok(reason) => break reason,
+            Err(e) if started.elapsed() > Duration::from_secs(60) => return Err(e),
+            Err(_) => {}
+        }
+    };
+    ensure!(
+        reason.contains("above spec.payload.streamAboveBytes")
+            && reason.contains("sink forward cannot stream it"),
+        "dead-letter reason: {reason}"
+    );
+    wait_empty(&queue, Duration::from_secs(60)).await?;
+    ensure!(forward.receive(Duration::from_secs(1)).await?.is_empty(), "the sqs sink forwarded the object");
+    println!("streamed object routed to an sqs sink: dead-lettered: {reason}");
+    drop(reader);
+    for queue in [queue, forward, dlq] {
+        queue.delete().await?;
+    }
     Ok(())
 }
 
