@@ -26,6 +26,8 @@ pub mod fetch;
 pub mod notification;
 pub mod pointer;
 pub mod stream;
+#[cfg(test)]
+mod stream_tests;
 
 pub use fetch::{Bounds, FetchError, Fetched, Fetcher};
 pub use stream::StreamedObject;
