@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::payload::StreamedObject;
+
 /// The decoded payload. `Json` keeps the parsed value so JSON sinks need not parse twice.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Payload {
@@ -51,10 +53,21 @@ pub struct Record {
     /// W3C `traceparent` of the trace the message belongs to (from its `traceparent` message
     /// attribute or its converted `AWSTraceHeader`), passed on to HTTP sinks and into log lines.
     pub trace: Option<String>,
+    /// An object above `spec.payload.streamAboveBytes`, read by each sink as it delivers the
+    /// record. What is delivered is then the object, not `body`, which stays the message as
+    /// received (the notification, what a dead-letter sink is sent).
+    pub object: Option<Arc<StreamedObject>>,
 }
 
 impl Record {
+    /// Bytes the record holds in memory.
     pub fn size_bytes(&self) -> usize {
         self.body.len()
+    }
+
+    /// Bytes the record delivers: its body, or its streamed object's size (what the rate limit's
+    /// bytes/s and the delivered-bytes metrics count).
+    pub fn content_bytes(&self) -> u64 {
+        self.object.as_ref().map_or(self.body.len() as u64, |o| o.size())
     }
 }

@@ -22,10 +22,34 @@ use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
 use sluice_tests::standalone::{Reader, python as py};
 
 const MIB: usize = 1024 * 1024;
-/// The reader's peak RSS (VmHWM) while a 50 MiB object passes to an http and an s3 sink. The
-/// body is held once (fetched), the s3 sink's line holds it again base64 encoded (4/3), plus the
-/// reader's own footprint: about 2.4 times the object.
-const PEAK_RSS_BOUND_MIB: u64 = 256;
+/// How far the reader's peak RSS (VmHWM, debug build) may rise above its peak before the objects
+/// arrive, while a 50 MiB object (and a 5 MiB one, held whole) passes to an http and an s3 sink.
+/// Above `streamAboveBytes` (8 MiB by default) the object is never held whole: the http sink
+/// streams it, the s3 sink holds one part of about 8 MiB of its base64 line; the 5 MiB object is
+/// held, and its s3 line again. Held whole, as before streaming, the same run rises by more than
+/// twice the object (BENCHMARKS.md, "Fetching S3 objects").
+const RSS_GROWTH_BOUND_MIB: u64 = 40;
+
+/// The reader's peak RSS before and after the objects passed, in MiB.
+struct PeakRss {
+    before: u64,
+    after: u64,
+}
+
+impl PeakRss {
+    fn growth(&self) -> u64 {
+        self.after.saturating_sub(self.before)
+    }
+
+    fn check(&self) -> Result<()> {
+        let (before, after, growth) = (self.before, self.after, self.growth());
+        ensure!(
+            growth < RSS_GROWTH_BOUND_MIB,
+            "reader peak RSS rose {growth} MiB ({before} to {after} MiB), bound {RSS_GROWTH_BOUND_MIB} MiB"
+        );
+        Ok(())
+    }
+}
 
 fn sha(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
@@ -48,6 +72,15 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Receiver {
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// An object to delete when the first request for it arrives (then answered 503).
+    trap: Arc<Mutex<Option<Trap>>>,
+}
+
+/// `key` in `bucket`, deleted while the reader is delivering it.
+struct Trap {
+    s3: aws_sdk_s3::Client,
+    bucket: String,
+    key: String,
 }
 
 impl Receiver {
@@ -91,8 +124,21 @@ async fn accept(State(receiver): State<Receiver>, headers: HeaderMap, body: Byte
         .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
     let id = headers.get("ce-id").cloned().unwrap_or_default();
+    let key = headers.get("ce-sluices3key").map(|k| percent_decode(k)).unwrap_or_default();
     let seen = Seen { id, headers, sha: sha(&body), len: body.len(), at: Instant::now() };
     receiver.seen.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
+    let sprung = {
+        let mut trap = receiver.trap.lock().unwrap_or_else(|e| e.into_inner());
+        if trap.as_ref().is_some_and(|t| t.key == key) { trap.take() } else { None }
+    };
+    if let Some(trap) = sprung {
+        let deleted = trap.s3.delete_object().bucket(&trap.bucket).key(&trap.key).send().await;
+        return if deleted.is_ok() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+    }
     StatusCode::OK
 }
 
@@ -186,6 +232,7 @@ fn source_head(name: &str, queue_url: &str, endpoint: &str) -> String {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn notification_source(
     name: &str,
     queue: &TestQueue,
@@ -194,7 +241,9 @@ fn notification_source(
     out_bucket: &str,
     dlq: &TestQueue,
     exactly_once: bool,
+    stream_above: Option<usize>,
 ) -> String {
+    let stream_above = stream_above.map(|n| format!("    streamAboveBytes: {n}\n")).unwrap_or_default();
     let delivery = if exactly_once {
         "  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n"
     } else {
@@ -204,7 +253,7 @@ fn notification_source(
         r#"{head}    visibilityTimeoutSeconds: 30
   payload:
     format: s3Notification
-    s3:
+{stream_above}    s3:
       endpoint: {endpoint}
 {delivery}  sinks:
     - name: webhook
@@ -215,14 +264,17 @@ fn notification_source(
       s3:
         bucket: {out_bucket}
         endpoint: {endpoint}
-  deadLetterSink:
-    name: unreadable
-    sqs:
-      queueUrl: {dlq_url}
-      endpoint: {endpoint}
-"#,
+{dead_letter}"#,
         head = source_head(name, &queue.url, endpoint),
-        dlq_url = dlq.url,
+        dead_letter = dead_letter_sink(dlq, endpoint),
+    )
+}
+
+/// The `deadLetterSink` of a source: the queue `dlq`.
+fn dead_letter_sink(dlq: &TestQueue, endpoint: &str) -> String {
+    format!(
+        "  deadLetterSink:\n    name: unreadable\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
+        dlq.url
     )
 }
 
@@ -230,7 +282,12 @@ fn notification_source(
 /// arrives byte-identical, once, at both sinks; an object deleted before the reader fetches it
 /// goes to the dead-letter queue with its reason, its removal event is delivered as metadata,
 /// and the TestEvent is deleted without delivery. Answers the reader's peak RSS in MiB.
-async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u64> {
+/// `stream_above`: `spec.payload.streamAboveBytes` (absent: its default).
+async fn objects_arrive_intact(
+    sizes: &[usize],
+    exactly_once: bool,
+    stream_above: Option<usize>,
+) -> Result<PeakRss> {
     let endpoint = LocalStack::ensure().await?;
     let (sqs, s3) = (sqs_client(&endpoint), s3_client(&endpoint));
     let Notified { bucket, queue } = notified_bucket(&endpoint, "s3n").await?;
@@ -259,8 +316,20 @@ async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u6
     }
 
     let (receiver, http) = Receiver::start().await?;
-    let yaml = notification_source("payloads", &queue, &endpoint, &http, &out_bucket, &dlq, exactly_once);
+    let yaml = notification_source(
+        "payloads",
+        &queue,
+        &endpoint,
+        &http,
+        &out_bucket,
+        &dlq,
+        exactly_once,
+        stream_above,
+    );
     let reader = Reader::start(dir.path(), &yaml)?;
+    // Started, and past the TestEvent and the deleted object's events (already queued).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = reader.peak_rss_mib()?;
     let args: Vec<&str> = upload.iter().map(String::as_str).collect();
     py(&endpoint, &args)?;
 
@@ -268,7 +337,7 @@ async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u6
     let want = expected.len() + 1;
     let seen = receiver.wait_for(want, Duration::from_secs(240)).await?;
     wait_empty(&queue, Duration::from_secs(60)).await?;
-    let peak = reader.peak_rss_mib()?;
+    let peak = PeakRss { before, after: reader.peak_rss_mib()? };
     let seen_after = receiver.seen();
     ensure!(
         seen_after.len() == want,
@@ -297,6 +366,7 @@ async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u6
     let mut archived: BTreeMap<String, String> = BTreeMap::new();
     for line in &lines {
         let key = line["attributes"]["sluice-s3key"].as_str().context("a line without sluice-s3key")?;
+        ensure!(line.get("truncated").is_none(), "a truncated line for {key}: {}", line["truncated"]);
         if line["attributes"]["sluice-s3eventname"].as_str().unwrap_or_default().starts_with("ObjectRemoved")
         {
             continue;
@@ -305,28 +375,32 @@ async fn objects_arrive_intact(sizes: &[usize], exactly_once: bool) -> Result<u6
     }
     ensure!(archived == expected, "s3 sink bodies by key (sha256):\n{archived:#?}\nexpected\n{expected:#?}");
 
-    let dead = dlq.receive(Duration::from_secs(5)).await?;
-    ensure!(
-        dead.len() == 1,
-        "dead-letter queue holds {} messages, expected the deleted object's",
-        dead.len()
-    );
-    let attributes = dead[0].message_attributes().context("a dead letter without attributes")?;
-    let text =
-        |name: &str| attributes.get(name).and_then(|a| a.string_value()).unwrap_or_default().to_owned();
-    ensure!(text("sluice-s3key") == gone, "dead letter names {:?}", text("sluice-s3key"));
-    let reason = text("sluice-dlq-reason");
+    let reason = the_dead_letter(&dlq, gone).await?;
     ensure!(reason.contains("NoSuchKey"), "dead-letter reason: {reason}");
     println!("dead-letter reason: {reason}");
     println!(
-        "{} objects ({} bytes in all) delivered once each to http and s3 (exactlyOnce: {exactly_once}); reader peak RSS {peak} MiB",
+        "{} objects ({} bytes in all) delivered once each to http and s3 (exactlyOnce: {exactly_once}); reader peak RSS {} MiB before the objects, {} MiB after (+{} MiB)",
         expected.len(),
-        sizes.iter().sum::<usize>()
+        sizes.iter().sum::<usize>(),
+        peak.before,
+        peak.after,
+        peak.growth()
     );
     drop(reader);
     queue.delete().await?;
     dlq.delete().await?;
     Ok(peak)
+}
+
+/// The reason of the one message in `dlq`, which must name the object `key`.
+async fn the_dead_letter(dlq: &TestQueue, key: &str) -> Result<String> {
+    let dead = dlq.receive(Duration::from_secs(5)).await?;
+    ensure!(dead.len() == 1, "dead-letter queue holds {} messages, expected the one of {key}", dead.len());
+    let attributes = dead[0].message_attributes().context("a dead letter without attributes")?;
+    let text =
+        |name: &str| attributes.get(name).and_then(|a| a.string_value()).unwrap_or_default().to_owned();
+    ensure!(text("sluice-s3key") == key, "dead letter names {:?}", text("sluice-s3key"));
+    Ok(text("sluice-dlq-reason"))
 }
 
 /// `ce-` header values percent-encode space, `"`, `%` and non-ASCII (CloudEvents HTTP binding).
@@ -352,14 +426,127 @@ fn percent_decode(value: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notified_objects_up_to_50_mib_arrive_byte_identical_at_least_once() -> Result<()> {
-    let peak = objects_arrive_intact(&[0, 1024, 5 * MIB, 50 * MIB], false).await?;
-    ensure!(peak < PEAK_RSS_BOUND_MIB, "reader peak RSS {peak} MiB, bound {PEAK_RSS_BOUND_MIB} MiB");
-    Ok(())
+    objects_arrive_intact(&[0, 1024, 5 * MIB, 50 * MIB], false, None).await?.check()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notified_objects_arrive_byte_identical_exactly_once() -> Result<()> {
-    objects_arrive_intact(&[0, 1024, 5 * MIB], true).await?;
+async fn notified_objects_up_to_50_mib_arrive_byte_identical_exactly_once() -> Result<()> {
+    objects_arrive_intact(&[0, 1024, 5 * MIB, 50 * MIB], true, None).await?.check()
+}
+
+/// The reader's peak RSS with the 50 MiB object held whole (`streamAboveBytes` above it, the
+/// reader as it was before streaming) next to streamed (the default), in one run. A benchmark:
+/// `cargo nextest run -p sluice-tests --test e2e_s3_payloads -E 'test(bench_peak_rss)' --run-ignored only --no-capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: prints figures for BENCHMARKS.md"]
+async fn bench_peak_rss_held_and_streamed() -> Result<()> {
+    let sizes = [0, 1024, 5 * MIB, 50 * MIB];
+    let held = objects_arrive_intact(&sizes, false, Some(64 * MIB)).await?;
+    let streamed = objects_arrive_intact(&sizes, false, None).await?;
+    println!(
+        "50 MiB object to http + s3, at-least-once: peak RSS held whole {} MiB (+{} MiB), streamed {} MiB (+{} MiB)",
+        held.after,
+        held.growth(),
+        streamed.after,
+        streamed.growth()
+    );
+    Ok(())
+}
+
+/// An object above `streamAboveBytes` deleted after intake checked it, while the http sink
+/// delivers it: the sink's retry reads it again, finds it gone, and the message goes to the
+/// dead-letter queue with that reason (nothing is lost, nothing is delivered twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_object_deleted_during_delivery_is_dead_lettered_with_its_reason() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let (sqs, s3) = (sqs_client(&endpoint), s3_client(&endpoint));
+    let Notified { bucket, queue } = notified_bucket(&endpoint, "s3del").await?;
+    let dlq = TestQueue::create(&sqs, "s3del-dlq", false).await?;
+    let dir = tempfile::tempdir()?;
+    let key = "deleted while streaming.bin";
+    let path = dir.path().join("object");
+    std::fs::write(&path, object_bytes(9 * MIB, 42))?;
+    let (receiver, http) = Receiver::start().await?;
+    *receiver.trap.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some(Trap { s3: s3.clone(), bucket: bucket.clone(), key: key.to_owned() });
+    let yaml =
+        strip_archive(&notification_source("deleted", &queue, &endpoint, &http, "-", &dlq, false, None));
+    let reader = Reader::start(dir.path(), &yaml)?;
+    py(&endpoint, &["upload", &bucket, key, path.to_str().unwrap_or_default()])?;
+
+    receiver.wait_for(1, Duration::from_secs(60)).await?;
+    wait_empty(&queue, Duration::from_secs(90)).await?;
+    let reason = the_dead_letter(&dlq, key).await?;
+    ensure!(reason.starts_with("GetObject") && reason.contains("NoSuchKey"), "dead-letter reason: {reason}");
+    // The deletion sends its own removal event (delivered as metadata); the object's creation
+    // was sent once, whole, and answered 503; its retry found the object gone.
+    let created: Vec<usize> = receiver
+        .seen()
+        .iter()
+        .filter(|s| s.headers.get("ce-sluices3eventname").is_some_and(|n| n.starts_with("ObjectCreated")))
+        .map(|s| s.len)
+        .collect();
+    ensure!(created == [9 * MIB], "the http sink saw these creation requests (bytes): {created:?}");
+    println!("streamed object deleted during delivery: 1 attempt (503), then dead-lettered: {reason}");
+    drop(reader);
+    queue.delete().await?;
+    dlq.delete().await?;
+    Ok(())
+}
+
+/// An object above `streamAboveBytes` that a route sends to an `sqs` sink, which needs the whole
+/// body: refused, and the dead-letter queue gets the notification with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_object_for_an_sqs_sink_is_refused_into_the_dead_letter_queue() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let sqs = sqs_client(&endpoint);
+    let Notified { bucket, queue } = notified_bucket(&endpoint, "s3ref").await?;
+    let (forward, dlq) = (
+        TestQueue::create(&sqs, "s3ref-out", false).await?,
+        TestQueue::create(&sqs, "s3ref-dlq", false).await?,
+    );
+    let dir = tempfile::tempdir()?;
+    let key = "too big for sqs.bin";
+    let path = dir.path().join("object");
+    std::fs::write(&path, object_bytes(2 * MIB, 43))?;
+    let yaml = format!(
+        r#"{head}  payload:
+    format: s3Notification
+    streamAboveBytes: {MIB}
+    s3:
+      endpoint: {endpoint}
+  sinks:
+    - name: forward
+      sqs:
+        queueUrl: {out}
+        endpoint: {endpoint}
+{dead_letter}"#,
+        head = source_head("refused", &queue.url, &endpoint),
+        out = forward.url,
+        dead_letter = dead_letter_sink(&dlq, &endpoint),
+    );
+    let reader = Reader::start(dir.path(), &yaml)?;
+    py(&endpoint, &["upload", &bucket, key, path.to_str().unwrap_or_default()])?;
+    let started = Instant::now();
+    let reason = loop {
+        match the_dead_letter(&dlq, key).await {
+            Ok(reason) => break reason,
+            Err(e) if started.elapsed() > Duration::from_secs(60) => return Err(e),
+            Err(_) => {}
+        }
+    };
+    ensure!(
+        reason.contains("above spec.payload.streamAboveBytes")
+            && reason.contains("sink forward cannot stream it"),
+        "dead-letter reason: {reason}"
+    );
+    wait_empty(&queue, Duration::from_secs(60)).await?;
+    ensure!(forward.receive(Duration::from_secs(1)).await?.is_empty(), "the sqs sink forwarded the object");
+    println!("streamed object routed to an sqs sink: dead-lettered: {reason}");
+    drop(reader);
+    for queue in [queue, forward, dlq] {
+        queue.delete().await?;
+    }
     Ok(())
 }
 
@@ -555,7 +742,8 @@ async fn bench_fetch_throughput_next_to_boto3() -> Result<()> {
         // The reader: from its start to the last object at the sink (start-up included).
         let (sink, http) = Receiver::start().await?;
         let dlq = TestQueue::create(&sqs_client(&endpoint), "bench-dlq", false).await?;
-        let yaml = strip_archive(&notification_source("bench", &queue, &endpoint, &http, "-", &dlq, false));
+        let yaml =
+            strip_archive(&notification_source("bench", &queue, &endpoint, &http, "-", &dlq, false, None));
         let started = Instant::now();
         let reader = Reader::start(dir.path(), &yaml)?;
         let seen = sink.wait_for(OBJECTS, Duration::from_secs(300)).await?;

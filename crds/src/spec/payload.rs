@@ -49,10 +49,26 @@ pub struct PayloadSpec {
     #[schemars(range(min = 1, max = 256))]
     pub max_concurrent_fetches: u32,
     /// Bytes of fetched objects a reader pod holds at once (fetching and not yet delivered), at
-    /// least `maxObjectBytes`, at most 17179869184 (16 GiB). Default 268435456 (256 MiB).
+    /// least the largest object held whole (`maxObjectBytes` while Extended Client pointers are
+    /// resolved, else the smaller of `maxObjectBytes` and `streamAboveBytes`), at most
+    /// 17179869184 (16 GiB). A streamed object counts one window of 8 MiB (or this whole budget,
+    /// if smaller) while a sink reads it. Default 268435456 (256 MiB).
     #[serde(default = "default_max_bytes_in_flight")]
     #[schemars(range(min = 1, max = 17_179_869_184_u64))]
     pub max_bytes_in_flight: u64,
+    /// Objects an S3 notification names that are larger than this many bytes, 0-4294967296, are
+    /// streamed instead of held whole (Extended Client payloads, which become the message body,
+    /// are always fetched whole). At intake the reader only checks such an object (HeadObject:
+    /// size, ETag, version; a missing or unreadable object still goes to the dead-letter sink),
+    /// and each sink reads it from S3 as it delivers it, pinned to that version and ETag (a retry
+    /// reads it again, never a mix of two versions). The `http` sink sends it as a streamed
+    /// request body with its Content-Length; the `s3` sink copies it into its output part by
+    /// part, as `bodyBase64`. The `sqs` and `log` sinks cannot stream: a streamed object routed to
+    /// one of them is rejected, and the dead-letter sink receives the notification with the
+    /// reason, not the object. Default 8388608 (8 MiB).
+    #[serde(default = "default_stream_above_bytes")]
+    #[schemars(range(max = 4_294_967_296_u64))]
+    pub stream_above_bytes: u64,
     /// Amazon SQS Extended Client pointers (a body that names an S3 object holding the real
     /// body). Default: resolved.
     #[serde(default)]
@@ -67,6 +83,7 @@ impl Default for PayloadSpec {
             max_object_bytes: default_max_object_bytes(),
             max_concurrent_fetches: default_max_concurrent_fetches(),
             max_bytes_in_flight: default_max_bytes_in_flight(),
+            stream_above_bytes: default_stream_above_bytes(),
             extended_client: ExtendedClientSpec::default(),
         }
     }
@@ -135,4 +152,8 @@ const fn default_max_concurrent_fetches() -> u32 {
 
 const fn default_max_bytes_in_flight() -> u64 {
     256 * 1024 * 1024
+}
+
+const fn default_stream_above_bytes() -> u64 {
+    8 * 1024 * 1024
 }

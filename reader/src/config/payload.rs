@@ -29,12 +29,22 @@ impl PayloadSettings {
         if !(1..=256).contains(&spec.max_concurrent_fetches) {
             return Err(Error::config("spec.payload.maxConcurrentFetches", "must be 1-256"));
         }
-        if spec.max_bytes_in_flight < spec.max_object_bytes {
+        // Only the largest object held whole must fit in the budget: notified objects above
+        // streamAboveBytes are streamed, Extended Client payloads (the message body) never are.
+        let (largest_held, which) = if spec.extended_client.resolve {
+            (spec.max_object_bytes, "maxObjectBytes: Extended Client payloads are held whole")
+        } else {
+            (
+                spec.max_object_bytes.min(spec.stream_above_bytes),
+                "the smaller of maxObjectBytes and streamAboveBytes",
+            )
+        };
+        if spec.max_bytes_in_flight < largest_held {
             return Err(Error::config(
                 "spec.payload.maxBytesInFlight",
                 format!(
-                    "is {} but must be at least maxObjectBytes ({}), or the largest object could never be fetched: raise it or lower maxObjectBytes",
-                    spec.max_bytes_in_flight, spec.max_object_bytes
+                    "is {} but must be at least the largest object held whole ({largest_held}, {which}), or that object could never be fetched: raise it, or lower maxObjectBytes or streamAboveBytes",
+                    spec.max_bytes_in_flight
                 ),
             ));
         }
@@ -69,6 +79,7 @@ impl PayloadSettings {
                 max_object_bytes: spec.max_object_bytes,
                 max_concurrent_fetches: spec.max_concurrent_fetches as usize,
                 max_bytes_in_flight: spec.max_bytes_in_flight,
+                stream_above_bytes: spec.stream_above_bytes,
             },
             endpoint,
             region: spec.s3.as_ref().and_then(|s| s.region.clone()),
@@ -90,6 +101,22 @@ mod tests {
         assert_eq!(settings.bounds.max_object_bytes, 64 * 1024 * 1024);
         let small_budget = PayloadSpec { max_bytes_in_flight: 1, ..PayloadSpec::default() };
         let err = PayloadSettings::from_spec(&small_budget).unwrap_err().to_string();
+        assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
+        assert!(err.contains("streamAboveBytes"), "{err}");
+        // Streamed objects are not held whole: without Extended Client payloads (held whole), a
+        // 4 GiB limit fits a budget of the default 256 MiB.
+        let huge = PayloadSpec {
+            max_object_bytes: 4 << 30,
+            extended_client: sluice_crds::ExtendedClientSpec { resolve: false },
+            ..PayloadSpec::default()
+        };
+        assert_eq!(PayloadSettings::from_spec(&huge).unwrap().bounds.stream_above_bytes, 8 << 20);
+        let resolving =
+            PayloadSpec { extended_client: sluice_crds::ExtendedClientSpec::default(), ..huge.clone() };
+        let err = PayloadSettings::from_spec(&resolving).unwrap_err().to_string();
+        assert!(err.contains("Extended Client payloads are held whole"), "{err}");
+        let unstreamed = PayloadSpec { stream_above_bytes: 4 << 30, ..huge };
+        let err = PayloadSettings::from_spec(&unstreamed).unwrap_err().to_string();
         assert!(err.contains("spec.payload.maxBytesInFlight"), "{err}");
         let zero = PayloadSpec { max_concurrent_fetches: 0, ..PayloadSpec::default() };
         let err = PayloadSettings::from_spec(&zero).unwrap_err().to_string();

@@ -182,7 +182,19 @@ impl Dispatcher {
         for (i, item) in items.iter().enumerate() {
             match &item.poison {
                 Some(reason) => outcomes[i].push(Outcome::Rejected { reason: reason.clone() }),
-                None => self.sinks.targets(&item.record).into_iter().for_each(|s| per_sink[s].push(i)),
+                None => {
+                    for s in self.sinks.targets(&item.record) {
+                        let sink = &self.sinks.sinks[s].sink;
+                        match &item.record.object {
+                            Some(object) if !sink.streams_objects() => {
+                                let reason = object.refusal(sink.name());
+                                warnings::delivery_failed(sink.name(), "rejected", &reason);
+                                outcomes[i].push(Outcome::Rejected { reason });
+                            }
+                            _ => per_sink[s].push(i),
+                        }
+                    }
+                }
             }
         }
         let calls = per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| {

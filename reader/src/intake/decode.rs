@@ -57,6 +57,7 @@ pub fn decode(message: Message, queue_url: &Arc<str>, format: PayloadFormat, epo
         epoch,
         incarnation: 0,
         trace,
+        object: None,
     };
     match format {
         PayloadFormat::Raw => Decoded::Ok(record),

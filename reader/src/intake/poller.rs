@@ -221,6 +221,8 @@ impl Poller {
         let (tickets, items) = self.take_in(messages).await;
         let bytes: usize = items.iter().map(|i| i.record.size_bytes()).sum();
         claim.keep(items.len(), bytes as u64);
+        // The rate limit counts what is delivered: a streamed object's size, not its empty body.
+        let content: u64 = items.iter().map(|i| i.record.content_bytes()).sum();
         if stopping {
             self.pipeline.release(&tickets, &items);
             return false;
@@ -235,7 +237,7 @@ impl Poller {
                 self.pipeline.release(&tickets, &items);
                 return false;
             }
-            () = self.limiter.acquire(items.len(), bytes) => {}
+            () = self.limiter.acquire(items.len(), usize::try_from(content).unwrap_or(usize::MAX)) => {}
         }
         Waits::add(&self.waits.rate_us, since);
         self.pipeline.metrics().held.waited(items.len(), landed.elapsed());

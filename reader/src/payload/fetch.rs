@@ -1,6 +1,7 @@
 //! Fetching an object from S3 within the reader's bounds: at most `maxConcurrentFetches` GetObject
 //! calls at once, at most `maxBytesInFlight` bytes of fetched objects held at once, no object over
-//! `maxObjectBytes`.
+//! `maxObjectBytes`. An object over `streamAboveBytes` is not fetched here: it is checked
+//! (HeadObject) and referred to, and the sinks stream it (`stream.rs`).
 //!
 //! Why the byte budget travels with the body: an object is held from its fetch until every sink
 //! has answered for it, so the permit for its bytes is owned by the body itself
@@ -11,11 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::operation::get_object::GetObjectError;
 use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::stream::{ObjectRef, StreamSource, StreamedObject};
 use crate::aws::describe;
 use crate::process::backoff::backoff;
 
@@ -33,6 +35,7 @@ const PERMANENT_CODES: &[&str] = &[
     "InvalidObjectState",
     "NotFound",
     "Forbidden",
+    "PreconditionFailed",
 ];
 
 /// The bounds of one reader's fetching.
@@ -41,6 +44,14 @@ pub struct Bounds {
     pub max_object_bytes: u64,
     pub max_concurrent_fetches: usize,
     pub max_bytes_in_flight: u64,
+    /// Objects over this are streamed by the sinks, not held (`spec.payload.streamAboveBytes`).
+    pub stream_above_bytes: u64,
+}
+
+/// What a fetch answers: the object's bytes, or, above `streamAboveBytes`, a checked reference.
+pub enum Fetched {
+    Whole(Bytes),
+    Streamed(StreamedObject),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -51,6 +62,14 @@ pub enum FetchError {
     Transient(String),
 }
 
+impl FetchError {
+    pub fn reason(&self) -> &str {
+        match self {
+            FetchError::Permanent(reason) | FetchError::Transient(reason) => reason,
+        }
+    }
+}
+
 pub struct Fetcher {
     client: Client,
     bounds: Bounds,
@@ -58,6 +77,8 @@ pub struct Fetcher {
     /// KiB of fetched bodies alive.
     budget: Arc<Semaphore>,
     pub(super) stats: Arc<super::FetchStats>,
+    /// What streamed objects read through: the same client, slots and budget.
+    streams: Arc<StreamSource>,
 }
 
 /// A fetched body and the budget it holds.
@@ -79,7 +100,7 @@ impl Drop for Held {
     }
 }
 
-fn kib(bytes: u64) -> u32 {
+pub(super) fn kib(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
@@ -87,7 +108,15 @@ impl Fetcher {
     pub fn new(client: Client, bounds: Bounds) -> Self {
         let fetches = Arc::new(Semaphore::new(bounds.max_concurrent_fetches.max(1)));
         let budget = Arc::new(Semaphore::new(kib(bounds.max_bytes_in_flight) as usize));
-        Self { client, bounds, fetches, budget, stats: Arc::default() }
+        let stats: Arc<super::FetchStats> = Arc::default();
+        let streams = Arc::new(StreamSource::new(
+            client.clone(),
+            fetches.clone(),
+            budget.clone(),
+            bounds,
+            stats.clone(),
+        ));
+        Self { client, bounds, fetches, budget, stats, streams }
     }
 
     pub fn client(&self) -> &Client {
@@ -96,26 +125,72 @@ impl Fetcher {
 
     /// The object's bytes, retrying transient failures a few times with backoff.
     pub async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
-        let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
-        let mut attempt = 1;
-        loop {
-            match self.fetch_once(bucket, key, version).await {
-                Err(FetchError::Transient(reason)) if attempt < ATTEMPTS => {
-                    tracing::debug!(bucket, key, %reason, attempt, "object fetch failed; retrying");
-                    tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
-                    attempt += 1;
-                }
-                Err(FetchError::Transient(reason)) => {
-                    return Err(FetchError::Transient(format!(
-                        "{reason} (gave up after {attempt} attempts)"
-                    )));
-                }
-                other => return other,
-            }
+        let whole = retrying(bucket, key, || self.fetch_once(bucket, key, version, false)).await?;
+        match whole {
+            Fetched::Whole(bytes) => Ok(bytes),
+            Fetched::Streamed(_) => Err(FetchError::Transient("a whole fetch answered a reference".into())),
         }
     }
 
-    async fn fetch_once(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+    /// The object's bytes, or above `streamAboveBytes` a reference the sinks stream from.
+    /// `size`: the size the notification states, if any (a larger one is checked with HeadObject
+    /// and never downloaded here; otherwise the GetObject's own length decides).
+    pub async fn fetch_or_refer(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        size: Option<u64>,
+    ) -> Result<Fetched, FetchError> {
+        if size.is_some_and(|s| s > self.bounds.stream_above_bytes) {
+            return retrying(bucket, key, || self.head(bucket, key, version)).await;
+        }
+        retrying(bucket, key, || self.fetch_once(bucket, key, version, true)).await
+    }
+
+    /// HeadObject: the object exists, may be read, is within `maxObjectBytes`; its reference.
+    async fn head(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Fetched, FetchError> {
+        let at = format!("s3://{bucket}/{key}");
+        let answer = self
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| classify("HeadObject", &at, &e))?;
+        let size = u64::try_from(answer.content_length.unwrap_or(0)).unwrap_or(0);
+        self.within_limit(&at, size)?;
+        let object = ObjectRef {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            version_id: answer.version_id.or_else(|| version.map(str::to_owned)),
+            size,
+            etag: answer.e_tag,
+        };
+        Ok(Fetched::Streamed(StreamedObject::new(object, self.streams.clone())))
+    }
+
+    fn within_limit(&self, at: &str, size: u64) -> Result<(), FetchError> {
+        if size > self.bounds.max_object_bytes {
+            return Err(FetchError::Permanent(format!(
+                "{at} is {size} bytes, over spec.payload.maxObjectBytes ({}): raise the limit or keep such objects out of the notification",
+                self.bounds.max_object_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// One GetObject. With `refer`, an object over `streamAboveBytes` is not read: its reference
+    /// is answered from the response's headers (the connection is dropped).
+    async fn fetch_once(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        refer: bool,
+    ) -> Result<Fetched, FetchError> {
         let at = format!("s3://{bucket}/{key}");
         let _slot =
             self.fetches.acquire().await.map_err(|_| FetchError::Transient("reader stopping".into()))?;
@@ -126,13 +201,18 @@ impl Fetcher {
             .key(key)
             .set_version_id(version.map(str::to_owned))
             .send();
-        let mut output = answer.await.map_err(|e| classify(&at, &e))?;
+        let mut output = answer.await.map_err(|e| classify("GetObject", &at, &e))?;
         let size = u64::try_from(output.content_length.unwrap_or(0)).unwrap_or(0);
-        if size > self.bounds.max_object_bytes {
-            return Err(FetchError::Permanent(format!(
-                "{at} is {size} bytes, over spec.payload.maxObjectBytes ({}): raise the limit or keep such objects out of the notification",
-                self.bounds.max_object_bytes
-            )));
+        self.within_limit(&at, size)?;
+        if refer && size > self.bounds.stream_above_bytes {
+            let object = ObjectRef {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                version_id: output.version_id.take().or_else(|| version.map(str::to_owned)),
+                size,
+                etag: output.e_tag.take(),
+            };
+            return Ok(Fetched::Streamed(StreamedObject::new(object, self.streams.clone())));
         }
         let permit = self
             .budget
@@ -152,31 +232,61 @@ impl Fetcher {
             data.extend_from_slice(&chunk);
         }
         self.stats.fetched(data.len() as u64);
-        Ok(Bytes::from_owner(Held { data, _permit: permit, stats: self.stats.clone() }))
+        Ok(Fetched::Whole(Bytes::from_owner(Held { data, _permit: permit, stats: self.stats.clone() })))
     }
 }
 
-fn classify(at: &str, error: &SdkError<GetObjectError>) -> FetchError {
+/// `call` until it succeeds or fails permanently, transient failures retried a few times with
+/// backoff.
+async fn retrying<T, F, Fut>(bucket: &str, key: &str, mut call: F) -> Result<T, FetchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, FetchError>>,
+{
+    let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(FetchError::Transient(reason)) if attempt < ATTEMPTS => {
+                tracing::debug!(bucket, key, %reason, attempt, "object fetch failed; retrying");
+                tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
+                attempt += 1;
+            }
+            Err(FetchError::Transient(reason)) => {
+                return Err(FetchError::Transient(format!("{reason} (gave up after {attempt} attempts)")));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A failed S3 read call (`what`: GetObject, HeadObject) as permanent or transient.
+pub(super) fn classify<E>(what: &str, at: &str, error: &SdkError<E, HttpResponse>) -> FetchError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
     let status = error.raw_response().map(|r| r.status().as_u16());
     let text = describe(error);
     match (error.code(), status) {
         (Some(code), _) if PERMANENT_CODES.contains(&code) => {
-            FetchError::Permanent(permanent_reason(at, code, &text))
+            FetchError::Permanent(permanent_reason(what, at, code, &text))
         }
-        (_, Some(404)) => FetchError::Permanent(permanent_reason(at, "NotFound", &text)),
-        (_, Some(403)) => FetchError::Permanent(permanent_reason(at, "AccessDenied", &text)),
-        _ => FetchError::Transient(format!("GetObject {at} failed: {text}")),
+        (_, Some(404)) => FetchError::Permanent(permanent_reason(what, at, "NotFound", &text)),
+        (_, Some(403)) => FetchError::Permanent(permanent_reason(what, at, "AccessDenied", &text)),
+        (_, Some(412)) => FetchError::Permanent(permanent_reason(what, at, "PreconditionFailed", &text)),
+        _ => FetchError::Transient(format!("{what} {at} failed: {text}")),
     }
 }
 
 /// One line: what failed, on which object, the AWS code, what to do.
-fn permanent_reason(at: &str, code: &str, text: &str) -> String {
+fn permanent_reason(what: &str, at: &str, code: &str, text: &str) -> String {
     let advice = match code {
         "AccessDenied" | "Forbidden" => {
             "grant the reader's identity s3:GetObject (and s3:GetObjectVersion) on the bucket"
         }
         "NoSuchBucket" => "the bucket does not exist",
+        "PreconditionFailed" => "the object was replaced since it was checked (its ETag changed)",
         _ => "the object is gone (deleted after the event was sent?)",
     };
-    format!("GetObject {at} answered {code} ({text}): {advice}")
+    format!("{what} {at} answered {code} ({text}): {advice}")
 }

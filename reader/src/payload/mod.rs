@@ -27,8 +27,12 @@ mod cleanup_task;
 pub mod fetch;
 pub mod notification;
 pub mod pointer;
+pub mod stream;
+#[cfg(test)]
+mod stream_tests;
 
-pub use fetch::{Bounds, FetchError, Fetcher};
+pub use fetch::{Bounds, FetchError, Fetched, Fetcher};
+pub use stream::StreamedObject;
 
 use notification::{Notification, ObjectEvent};
 
@@ -67,6 +71,12 @@ impl FetchStats {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.held_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
+
+    /// A streamed object was read to its end by a sink (each sink's read counts).
+    fn streamed(&self, bytes: u64) {
+        self.objects.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 pub struct Resolver {
@@ -84,12 +94,17 @@ impl Resolver {
 
     /// The object's bytes, if its bucket is one the spec allows.
     async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
+        self.allowed(bucket, key)?;
+        self.fetcher.fetch(bucket, key, version).await
+    }
+
+    fn allowed(&self, bucket: &str, key: &str) -> Result<(), FetchError> {
         if !self.buckets.is_empty() && !self.buckets.iter().any(|b| b == bucket) {
             return Err(FetchError::Permanent(format!(
                 "s3://{bucket}/{key}: bucket {bucket} is not in spec.payload.s3.buckets: add it there to have its objects fetched"
             )));
         }
-        self.fetcher.fetch(bucket, key, version).await
+        Ok(())
     }
 
     /// Whether messages of `format` need this resolver at all.
@@ -146,9 +161,30 @@ impl Resolver {
             record.body = Bytes::new();
             return Resolution::Deliver(record);
         }
-        match self.fetch(&object.bucket, &object.key, object.version_id.as_deref()).await {
-            Ok(body) => {
+        let fetched = match self.allowed(&object.bucket, &object.key) {
+            Ok(()) => {
+                let version = object.version_id.as_deref();
+                self.fetcher.fetch_or_refer(&object.bucket, &object.key, version, object.size).await
+            }
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(Fetched::Whole(body)) => {
                 record.body = body;
+                Resolution::Deliver(record)
+            }
+            Ok(Fetched::Streamed(streamed)) => {
+                // What intake checked (the event's own values are kept where it has them).
+                let checked = &streamed.object;
+                let attributes = &mut record.message_attributes;
+                for (name, value) in [(VERSION_ID, &checked.version_id), (ETAG, &checked.etag)] {
+                    if let Some(value) = value {
+                        attributes.entry(name.to_owned()).or_insert_with(|| value.clone());
+                    }
+                }
+                attributes.insert(SIZE.to_owned(), checked.size.to_string());
+                // The body stays the notification: what a dead-letter sink receives.
+                record.object = Some(Arc::new(streamed));
                 Resolution::Deliver(record)
             }
             Err(FetchError::Permanent(reason)) => Resolution::Poison(record, reason),
@@ -202,8 +238,15 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
         return None;
     }
     // The fetch retries on its own (bounded, with backoff); the SDK's retries would multiply them.
+    // A streamed object is read only as fast as its sink writes it: the s3 sink stops reading
+    // while it uploads a part, which the SDK's default stall grace (5 s) would take for a stalled
+    // download on a slow or busy S3 endpoint.
+    let stall = aws_sdk_s3::config::StalledStreamProtectionConfig::enabled()
+        .grace_period(stream::STALL_GRACE)
+        .build();
     let mut config = aws_sdk_s3::config::Builder::from(aws)
         .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .stalled_stream_protection(stall)
         .response_checksum_validation(aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired);
     if let Some(endpoint) = &settings.endpoint {
         config = config.endpoint_url(endpoint);
@@ -222,7 +265,8 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
 
 static PAYLOAD_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
 
-/// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered):
+/// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered;
+/// `resumed`, a streamed read cut midway and read on):
 /// a WARN line if one is due (at most one per kind per `warnings::WINDOW`, with the count).
 pub fn warn(kind: &'static str, reason: &str) {
     warn_limited("object fetch", kind, reason);
@@ -248,7 +292,12 @@ mod tests {
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
             .build();
-        let bounds = Bounds { max_object_bytes: 1024, max_concurrent_fetches: 1, max_bytes_in_flight: 1024 };
+        let bounds = Bounds {
+            max_object_bytes: 1024,
+            max_concurrent_fetches: 1,
+            max_bytes_in_flight: 1024,
+            stream_above_bytes: 512,
+        };
         let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
         Resolver::new(PayloadFormat::Raw, true, fetcher, buckets.iter().map(|b| (*b).to_owned()).collect())
     }

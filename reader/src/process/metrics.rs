@@ -332,7 +332,7 @@ impl Metrics {
     pub fn delivered_record(&self, sink: &str, record: &Record, now_ms: i64) {
         self.delivered_bytes
             .get_or_create(&SinkLabel { sink: sink.to_owned() })
-            .inc_by(record.size_bytes() as u64);
+            .inc_by(record.content_bytes());
         if let Some(sent) = record.sent_timestamp_ms {
             self.end_to_end
                 .get_or_create(&QueueLabel::of(&record.queue_url))

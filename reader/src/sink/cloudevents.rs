@@ -148,6 +148,7 @@ mod tests {
             epoch: 0,
             incarnation: 0,
             trace: None,
+            object: None,
         }
     }
 

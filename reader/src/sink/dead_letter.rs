@@ -91,7 +91,8 @@ pub fn dead_letter_record(record: &Record, reason: &str) -> (Record, bool) {
     for name in [REASON, SOURCE_MESSAGE_ID, SOURCE_QUEUE, PACKED] {
         attribute_types.remove(name);
     }
-    (Record { message_attributes: attributes, attribute_types, ..record.clone() }, context_kept)
+    // A streamed object is not sent on: its `sluice-s3*` attributes name it.
+    (Record { message_attributes: attributes, attribute_types, object: None, ..record.clone() }, context_kept)
 }
 
 /// Whether `record` has no room left for the dead-letter context (10 attributes of its own).

@@ -9,12 +9,17 @@
 //! `spec.concurrency` permits; a permit is held for one attempt only, never across a back-off
 //! sleep, so a slow retry does not starve healthy records. Redirects are not followed: a 3xx is an
 //! answer the sink cannot act on, so it is non-transient.
+//!
+//! A streamed object (`Record::object`) is read from S3 during each attempt and sent as it
+//! arrives, with its Content-Length: the request never holds more of it than the connection's
+//! buffers. A retry reads it again; an object gone or replaced since intake is a rejection.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use futures::future::{BoxFuture, join_all};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use sluice_crds::HttpSinkSpec;
 use sluice_protocol::now_ms;
@@ -27,6 +32,7 @@ use super::secret_file::{self, SecretHeader};
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
+use crate::payload::FetchError;
 use crate::record::Record;
 
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).
@@ -129,6 +135,9 @@ impl HttpSink {
                 Err(error) => error,
             };
             let reason = error.reason;
+            if error.object_unreadable {
+                return Outcome::Rejected { reason };
+            }
             match attempts.failed(self.policy.classify(&error.kind)) {
                 Ok(delay) => {
                     tracing::debug!(sink = %self.name, message_id = %record.message_id, %reason, ?delay, "retrying");
@@ -157,14 +166,17 @@ impl HttpSink {
         for secret in &self.secret_headers {
             headers.insert(secret.name.clone(), secret.value());
         }
-        let sent = self
-            .client
-            .post(self.url.clone())
-            .headers(headers)
-            .timeout(self.timeout)
-            .body(record.body.clone())
-            .send()
-            .await;
+        let body = match &record.object {
+            None => reqwest::Body::from(record.body.clone()),
+            Some(object) => {
+                let reading = object.open().await.map_err(Failure::from_fetch)?;
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(object.size()));
+                let pieces = reading.into_stream().map_err(|e| std::io::Error::other(e.reason().to_owned()));
+                reqwest::Body::wrap_stream(pieces)
+            }
+        };
+        let sent =
+            self.client.post(self.url.clone()).headers(headers).timeout(self.timeout).body(body).send().await;
         let result = match sent {
             Err(e) => Err(Failure::from_reqwest(&e)),
             Ok(response) => {
@@ -181,7 +193,8 @@ impl HttpSink {
                 } else {
                     let snippet = String::from_utf8_lossy(&body[..body.len().min(REASON_BODY_BYTES)]);
                     let reason = format!("HTTP {status} from {}: {}", self.url, snippet.trim());
-                    Err(Failure { kind: AttemptError::Status { code: status.as_u16(), retry_after }, reason })
+                    let kind = AttemptError::Status { code: status.as_u16(), retry_after };
+                    Err(Failure { kind, reason, object_unreadable: false })
                 }
             }
         };
@@ -207,6 +220,10 @@ impl Sink for HttpSink {
         true
     }
 
+    fn streams_objects(&self) -> bool {
+        true
+    }
+
     fn stats(&self) -> Option<Arc<SinkStats>> {
         Some(self.stats.clone())
     }
@@ -215,6 +232,8 @@ impl Sink for HttpSink {
 struct Failure {
     kind: AttemptError,
     reason: String,
+    /// The record's streamed object is gone, unreadable or replaced: no retry helps.
+    object_unreadable: bool,
 }
 
 impl Failure {
@@ -226,11 +245,17 @@ impl Failure {
         } else {
             AttemptError::Io
         };
-        Self { kind, reason: format!("{e:#}") }
+        Self { kind, reason: format!("{e:#}"), object_unreadable: false }
+    }
+
+    /// Opening a streamed object failed: permanent failures reject the record, others retry.
+    fn from_fetch(e: FetchError) -> Self {
+        let object_unreadable = matches!(e, FetchError::Permanent(_));
+        Self { kind: AttemptError::Io, reason: e.reason().to_owned(), object_unreadable }
     }
 
     fn closed() -> Self {
-        Self { kind: AttemptError::Io, reason: "sink is shutting down".into() }
+        Self { kind: AttemptError::Io, reason: "sink is shutting down".into(), object_unreadable: false }
     }
 }
 

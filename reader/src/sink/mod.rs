@@ -94,6 +94,13 @@ pub trait Sink: Send + Sync {
         false
     }
 
+    /// `true` when the sink reads a streamed record's object itself (`Record::object`, an object
+    /// above `spec.payload.streamAboveBytes`). The dispatcher refuses such records to the others,
+    /// which need the whole body in memory: they are rejected with the reason.
+    fn streams_objects(&self) -> bool {
+        false
+    }
+
     /// Counters the sink keeps (retries, requests), for the reader's metrics; `None` for sinks
     /// that make no requests.
     fn stats(&self) -> Option<Arc<SinkStats>> {

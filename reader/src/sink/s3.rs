@@ -4,6 +4,10 @@
 //! Why it is built this way (the upload per key, the incarnation in the object name, commits of
 //! another reader's key, stale and orphan uploads, late records): `protocol/PROTOCOL.md`,
 //! "The s3 sink's transactions". Object names: `s3_layout.rs`.
+//!
+//! A streamed object (`Record::object`) is read from S3 as it is written, one part in memory at a
+//! time: under exactlyOnce into its epoch's upload like any record, under atLeastOnce as an
+//! object of its own, a multipart upload that is aborted if the read fails.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -25,16 +29,20 @@ use tokio::sync::Mutex;
 use super::aws_error;
 use super::error::SinkBuildError;
 use super::retry::{Attempts, RetryPolicy};
-use super::s3_layout::{append_line, direct_key, epoch_prefix, new_incarnation, object_key};
+use super::s3_layout::{StreamedLine, append_line, direct_key, epoch_prefix, new_incarnation, object_key};
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
+use crate::payload::{FetchError, StreamedObject};
 use crate::record::Record;
 
 /// S3's smallest part (all but the last part of an upload).
 pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
 /// Buffered bytes of a transaction that trigger a part upload.
 pub const DEFAULT_PART_BYTES: usize = 8 * 1024 * 1024;
+/// Room beyond a part for the last piece of a streamed object that fills it (base64 of what one
+/// read answers; reads answer far less).
+const STREAM_PIECE_ROOM: usize = 1024 * 1024;
 
 pub struct S3Sink {
     name: String,
@@ -137,6 +145,30 @@ impl Txns {
     }
 }
 
+/// Why copying a streamed object failed: reading it, or writing it.
+enum Copying {
+    Fetch(FetchError),
+    Sink(SinkError),
+}
+
+impl Copying {
+    fn reason(&self) -> &str {
+        match self {
+            Copying::Fetch(e) => e.reason(),
+            Copying::Sink(e) => &e.message,
+        }
+    }
+
+    /// An object gone, unreadable or replaced is poison; anything else is tried again later.
+    fn outcome(&self) -> Outcome {
+        let reason = self.reason().to_owned();
+        match self {
+            Copying::Fetch(FetchError::Permanent(_)) => Outcome::Rejected { reason },
+            _ => Outcome::Failed { reason },
+        }
+    }
+}
+
 fn describe((incarnation, epoch): TxnId) -> String {
     format!("epoch {epoch} of incarnation {}", Incarnation(incarnation))
 }
@@ -225,12 +257,19 @@ impl S3Sink {
             return self.buffer(records).await;
         }
         let (direct, epochal): (Vec<_>, Vec<_>) = (0..records.len()).partition(|i| records[*i].epoch == 0);
+        let (streamed, direct): (Vec<_>, Vec<_>) =
+            direct.into_iter().partition(|i| records[*i].object.is_some());
         let pick = |indexes: &[usize]| indexes.iter().map(|i| records[*i].clone()).collect::<Vec<_>>();
         let mut outcomes = vec![Outcome::Delivered; records.len()];
-        if let Err(e) = self.write_direct(&pick(&direct)).await {
+        if !direct.is_empty()
+            && let Err(e) = self.write_direct(&pick(&direct)).await
+        {
             for i in &direct {
                 outcomes[*i] = Outcome::Failed { reason: e.message.clone() };
             }
+        }
+        for i in streamed {
+            outcomes[i] = self.write_direct_streamed(&records[i]).await;
         }
         for (i, outcome) in epochal.iter().zip(self.buffer(&pick(&epochal)).await) {
             outcomes[*i] = outcome;
@@ -262,24 +301,102 @@ impl S3Sink {
         Ok(())
     }
 
+    /// At-least-once, a streamed object: a multipart upload of its own line, one part in memory
+    /// at a time, aborted if the object cannot be read to its end.
+    async fn write_direct_streamed(&self, record: &Record) -> Outcome {
+        let Some(object) = &record.object else {
+            return Outcome::Failed { reason: "not a streamed record".into() };
+        };
+        let seq = self.direct_seq.fetch_add(1, Ordering::Relaxed);
+        let key = direct_key(&self.prefix, &self.reader, &self.direct_incarnation, seq);
+        let mut upload = EpochUpload::default();
+        let written = match self.stream_line(&key, &mut upload, record, object).await {
+            Ok(()) => self.flush_to(&key, &mut upload).await.map_err(Copying::Sink),
+            Err((copying, _line)) => Err(copying),
+        };
+        let written = match (written, upload.upload_id.clone()) {
+            (Ok(()), Some(upload_id)) => {
+                self.complete(&key, &upload_id, upload.parts.clone()).await.map_err(Copying::Sink)
+            }
+            (written, _) => written,
+        };
+        if written.is_err()
+            && let Some(upload_id) = &upload.upload_id
+            && let Err(e) = self.abort_upload(&key, upload_id).await
+        {
+            tracing::warn!(sink = %self.name, key, error = %e, "aborting the upload of a streamed object failed");
+        }
+        match written {
+            Ok(()) => Outcome::Delivered,
+            Err(copying) => copying.outcome(),
+        }
+    }
+
+    /// Open `object` and write its line into `upload`'s buffer, uploading a part to `key`
+    /// whenever the buffer holds `part_bytes`. Nothing is written if the object cannot be
+    /// opened; a failure midway answers the line, still open, for the caller to close or drop.
+    async fn stream_line(
+        &self,
+        key: &str,
+        upload: &mut EpochUpload,
+        record: &Record,
+        object: &StreamedObject,
+    ) -> Result<(), (Copying, Option<StreamedLine>)> {
+        let mut reading = object.open().await.map_err(|e| (Copying::Fetch(e), None))?;
+        // Room for a part and the piece that completes it, up front: a buffer grown by doubling
+        // past `part_bytes` would hold twice the part.
+        let room = self.part_bytes + STREAM_PIECE_ROOM;
+        upload.buffer.reserve(room.saturating_sub(upload.buffer.len()));
+        let mut line = StreamedLine::start(&mut upload.buffer, record);
+        while let Some(piece) = reading.next_chunk().await {
+            match piece {
+                Ok(piece) => line.push(&mut upload.buffer, &piece),
+                Err(e) => return Err((Copying::Fetch(e), Some(line))),
+            }
+            if upload.buffer.len() >= self.part_bytes {
+                if let Err(e) = self.flush_to(key, upload).await {
+                    return Err((Copying::Sink(e), Some(line)));
+                }
+                upload.buffer.reserve(room);
+            }
+        }
+        line.finish(&mut upload.buffer);
+        Ok(())
+    }
+
     async fn buffer(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
         if records.is_empty() {
             return Vec::new();
         }
         let mut txns = self.txns.lock().await;
-        let outcomes = records
-            .iter()
-            .map(|record| {
-                let id = (record.incarnation, record.epoch);
-                // Transient on purpose: the message is released and classified again on
-                // redelivery; `Rejected` would dead-letter a message that is not poison.
-                if let Some(reason) = txns.refusal(id) {
-                    return Outcome::Failed { reason };
+        let mut outcomes = Vec::with_capacity(records.len());
+        for record in records {
+            let id = (record.incarnation, record.epoch);
+            // Transient on purpose: the message is released and classified again on
+            // redelivery; `Rejected` would dead-letter a message that is not poison.
+            if let Some(reason) = txns.refusal(id) {
+                outcomes.push(Outcome::Failed { reason });
+                continue;
+            }
+            let upload = txns.by_id.entry(id).or_default();
+            let Some(object) = &record.object else {
+                append_line(&mut upload.buffer, record);
+                outcomes.push(Outcome::Delivered);
+                continue;
+            };
+            let key = self.object_key(&self.own_key(id));
+            outcomes.push(match self.stream_line(&key, upload, record, object).await {
+                Ok(()) => Outcome::Delivered,
+                Err((copying, line)) => {
+                    // Parts already uploaded cannot be taken back: the line is closed as
+                    // truncated (it holds no record) and the message is delivered again later.
+                    if let Some(line) = line {
+                        line.truncate(&mut upload.buffer, copying.reason());
+                    }
+                    copying.outcome()
                 }
-                append_line(&mut txns.by_id.entry(id).or_default().buffer, record);
-                Outcome::Delivered
-            })
-            .collect();
+            });
+        }
         let full: Vec<TxnId> =
             txns.by_id.iter().filter(|(_, u)| u.buffer.len() >= self.part_bytes).map(|(id, _)| *id).collect();
         for id in full {
@@ -295,7 +412,11 @@ impl S3Sink {
 
     /// Upload the buffer of `id` as its next part (starting the upload if needed).
     async fn flush(&self, id: TxnId, upload: &mut EpochUpload) -> Result<(), SinkError> {
-        let key = self.object_key(&self.own_key(id));
+        self.flush_to(&self.object_key(&self.own_key(id)), upload).await
+    }
+
+    /// Upload `upload`'s buffer as its next part of `key` (starting the upload if needed).
+    async fn flush_to(&self, key: &str, upload: &mut EpochUpload) -> Result<(), SinkError> {
         let upload_id = match &upload.upload_id {
             Some(upload_id) => upload_id.clone(),
             None => {
@@ -304,7 +425,7 @@ impl S3Sink {
                         self.client
                             .create_multipart_upload()
                             .bucket(&self.bucket)
-                            .key(&key)
+                            .key(key)
                             .content_type("application/x-ndjson")
                             .set_server_side_encryption(
                                 self.kms_key.as_ref().map(|_| ServerSideEncryption::AwsKms),
@@ -325,7 +446,7 @@ impl S3Sink {
                 self.client
                     .upload_part()
                     .bucket(&self.bucket)
-                    .key(&key)
+                    .key(key)
                     .upload_id(&upload_id)
                     .part_number(part_number)
                     .body(ByteStream::from(body.clone()))
@@ -639,6 +760,10 @@ impl Sink for S3Sink {
 
     fn epoch_support(&self) -> EpochSupport {
         EpochSupport::Transactional
+    }
+
+    fn streams_objects(&self) -> bool {
+        true
     }
 
     fn stats(&self) -> Option<Arc<SinkStats>> {

@@ -14,7 +14,11 @@
 //!
 //! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
 //! `groupId`, `attributes` (message attributes) and `body` (the body as text), or `bodyBase64` for a
-//! body that is not UTF-8.
+//! body that is not UTF-8. A streamed object (above `spec.payload.streamAboveBytes`) is always
+//! `bodyBase64`: whether it is UTF-8 is not known before its last byte, and by then its first are
+//! written. Under exactlyOnce a streamed object whose read fails midway leaves its line closed
+//! with `truncated` (the reason) instead of a whole body: such a line holds no record (the
+//! message is delivered again, whole, in a later line) and readers skip it.
 
 use serde_json::json;
 
@@ -51,18 +55,7 @@ pub fn new_incarnation(now_ms: u64) -> String {
 /// Append `record` as one JSON line to `out`. The body is written straight into `out`, never
 /// into an intermediate JSON value: a fetched object may be tens of MiB.
 pub fn append_line(out: &mut Vec<u8>, record: &Record) {
-    let meta = json!({
-        "messageId": record.message_id,
-        "queue": &*record.queue_url,
-        "epoch": record.epoch,
-        "sentTimestamp": record.sent_timestamp_ms,
-        "groupId": record.group_id,
-        "attributes": record.message_attributes,
-        "attributeTypes": record.attribute_types,
-    });
-    // Writing a Value built from strings and numbers into a Vec cannot fail.
-    serde_json::to_writer(&mut *out, &meta).unwrap_or_default();
-    out.pop(); // the closing brace: the body follows
+    append_meta(out, record);
     // A body that is not UTF-8 (a fetched binary object) is kept byte for byte, base64 encoded.
     match std::str::from_utf8(&record.body) {
         Ok(text) => {
@@ -82,6 +75,69 @@ pub fn append_line(out: &mut Vec<u8>, record: &Record) {
         }
     }
     out.extend_from_slice(b"}\n");
+}
+
+/// The line of a streamed record, written piece by piece: [`StreamedLine::start`] writes what
+/// precedes the body, [`StreamedLine::push`] each piece of the object as it arrives, then
+/// [`StreamedLine::finish`] or [`StreamedLine::truncate`] closes the line.
+#[derive(Default)]
+pub struct StreamedLine {
+    /// The bytes of the last piece that did not fill a base64 quantum (at most 2).
+    carry: Vec<u8>,
+}
+
+impl StreamedLine {
+    pub fn start(out: &mut Vec<u8>, record: &Record) -> Self {
+        append_meta(out, record);
+        out.extend_from_slice(br#","bodyBase64":""#);
+        Self::default()
+    }
+
+    pub fn push(&mut self, out: &mut Vec<u8>, mut piece: &[u8]) {
+        if !self.carry.is_empty() {
+            let take = (3 - self.carry.len()).min(piece.len());
+            self.carry.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            if self.carry.len() < 3 {
+                return;
+            }
+            out.extend_from_slice(aws_smithy_types::base64::encode(&self.carry).as_bytes());
+            self.carry.clear();
+        }
+        let whole = piece.len() / 3 * 3;
+        for quanta in piece[..whole].chunks(3 * 64 * 1024) {
+            out.extend_from_slice(aws_smithy_types::base64::encode(quanta).as_bytes());
+        }
+        self.carry.extend_from_slice(&piece[whole..]);
+    }
+
+    pub fn finish(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(aws_smithy_types::base64::encode(&self.carry).as_bytes());
+        out.extend_from_slice(b"\"}\n");
+    }
+
+    /// Close a line whose object could not be read to its end: it holds no record.
+    pub fn truncate(self, out: &mut Vec<u8>, reason: &str) {
+        out.extend_from_slice(br#"","truncated":"#);
+        serde_json::to_writer(&mut *out, reason).unwrap_or_default();
+        out.extend_from_slice(b"}\n");
+    }
+}
+
+/// The line's fields before the body, without the closing brace.
+fn append_meta(out: &mut Vec<u8>, record: &Record) {
+    let meta = json!({
+        "messageId": record.message_id,
+        "queue": &*record.queue_url,
+        "epoch": record.epoch,
+        "sentTimestamp": record.sent_timestamp_ms,
+        "groupId": record.group_id,
+        "attributes": record.message_attributes,
+        "attributeTypes": record.attribute_types,
+    });
+    // Writing a Value built from strings and numbers into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, &meta).unwrap_or_default();
+    out.pop(); // the closing brace: the body follows
 }
 
 #[cfg(test)]
@@ -123,6 +179,35 @@ mod tests {
         assert_eq!(lines[0]["attributes"]["kind"], "order");
         assert_eq!(lines[1]["groupId"], serde_json::Value::Null);
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn a_streamed_body_in_uneven_pieces_is_the_same_base64_line() {
+        let full: Vec<u8> = [0xffu8].into_iter().chain((0..=255u8).cycle().take(1000)).collect();
+        let mut binary = record("id-1");
+        binary.body = bytes::Bytes::from(full.clone());
+        let mut expected = Vec::new();
+        append_line(&mut expected, &binary);
+        let mut out = Vec::new();
+        let mut streamed = record("id-1");
+        streamed.body = bytes::Bytes::new();
+        let mut line = StreamedLine::start(&mut out, &streamed);
+        for piece in [&full[..1], &full[1..2], &full[2..7], &full[7..7], &full[7..500], &full[500..]] {
+            line.push(&mut out, piece);
+        }
+        line.finish(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap());
+    }
+
+    #[test]
+    fn a_truncated_streamed_line_is_valid_json_that_says_so() {
+        let mut out = Vec::new();
+        let mut line = StreamedLine::start(&mut out, &record("id-1"));
+        line.push(&mut out, b"abcd");
+        line.truncate(&mut out, "reading s3://b/k failed after 4 bytes");
+        let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(parsed["truncated"], "reading s3://b/k failed after 4 bytes");
+        assert!(out.ends_with(b"}\n"));
     }
 
     #[test]

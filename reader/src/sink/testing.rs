@@ -24,5 +24,6 @@ pub fn record(id: &str) -> Record {
         epoch: 0,
         incarnation: 0,
         trace: None,
+        object: None,
     }
 }

@@ -1,0 +1,254 @@
+//! Objects above `streamAboveBytes`: checked at intake, read by each sink as it delivers them.
+//!
+//! Why a reference and not the bytes: a record is held from intake until every sink answered for
+//! it, so an object in the record costs its whole size for that long, once per record in flight.
+//! A reference costs nothing; a sink that reads it holds one window of the object at a time.
+//! Each read is pinned to the version and ETag intake checked (`If-Match`), so a retry, which
+//! reads the object again from its start, never mixes two versions: a replaced object fails with
+//! `PreconditionFailed`, a deleted one with `NoSuchKey`, both permanent (dead-lettered).
+//! A read cut midway (a connection an S3 endpoint dropped while the sink was busy writing) is
+//! resumed from the byte it stopped at, a few times, under the same pin.
+//!
+//! The reader's fetch bounds cover these reads too: an open read holds one of the
+//! `maxConcurrentFetches` slots and a window of `maxBytesInFlight` ([`WINDOW_BYTES`], or the
+//! whole budget if that is smaller) until it ends or is dropped.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use futures::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::FetchStats;
+use super::fetch::{Bounds, FetchError, classify, kib};
+
+/// Bytes of `maxBytesInFlight` an open read counts: about what one sink holds of it at a time
+/// (the s3 sink's part; the http sink holds far less).
+pub const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How long a read may make no progress before it fails: longer than a sink takes to write a
+/// window elsewhere (the s3 sink uploads a part between two reads).
+pub const STALL_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The object a streamed record stands for, as intake checked it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    pub size: u64,
+    pub etag: Option<String>,
+}
+
+impl ObjectRef {
+    /// `s3://bucket/key`, for messages.
+    pub fn at(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.key)
+    }
+}
+
+/// What streamed objects are read through: the fetcher's client, slots and byte budget.
+pub struct StreamSource {
+    client: Client,
+    fetches: Arc<Semaphore>,
+    budget: Arc<Semaphore>,
+    window_kib: u32,
+    stream_above_bytes: u64,
+    stats: Arc<FetchStats>,
+}
+
+impl StreamSource {
+    pub(super) fn new(
+        client: Client,
+        fetches: Arc<Semaphore>,
+        budget: Arc<Semaphore>,
+        bounds: Bounds,
+        stats: Arc<FetchStats>,
+    ) -> Self {
+        let window_kib = kib(WINDOW_BYTES.min(bounds.max_bytes_in_flight));
+        Self { client, fetches, budget, window_kib, stream_above_bytes: bounds.stream_above_bytes, stats }
+    }
+}
+
+/// A record's object, to be read by the sinks that deliver it.
+pub struct StreamedObject {
+    pub object: ObjectRef,
+    source: Arc<StreamSource>,
+}
+
+impl fmt::Debug for StreamedObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamedObject").field("object", &self.object).finish_non_exhaustive()
+    }
+}
+
+impl StreamedObject {
+    pub fn new(object: ObjectRef, source: Arc<StreamSource>) -> Self {
+        Self { object, source }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.object.size
+    }
+
+    /// Why `sink` (of a kind that needs the whole body) does not take this object.
+    pub fn refusal(&self, sink: &str) -> String {
+        refusal(&self.object, sink, self.source.stream_above_bytes)
+    }
+
+    /// Start reading the object: one GetObject, pinned to the checked version and ETag, within
+    /// the reader's fetch bounds. Not retried here: the sink's retry policy decides, and a retry
+    /// opens it again.
+    pub async fn open(&self) -> Result<ObjectBody, FetchError> {
+        let source = &self.source;
+        let stopping = |_| FetchError::Transient("the reader is stopping".into());
+        let slot = source.fetches.clone().acquire_owned().await.map_err(stopping)?;
+        let window = source.budget.clone().acquire_many_owned(source.window_kib).await.map_err(stopping)?;
+        let body = get(&source.client, &self.object, 0).await?;
+        Ok(ObjectBody {
+            body,
+            object: self.object.clone(),
+            client: source.client.clone(),
+            read: 0,
+            resumes: 0,
+            done: false,
+            _permits: (slot, window),
+            stats: source.stats.clone(),
+        })
+    }
+}
+
+/// GetObject of `object` from byte `from` on, pinned to its version and ETag.
+async fn get(client: &Client, object: &ObjectRef, from: u64) -> Result<ByteStream, FetchError> {
+    let at = object.at();
+    let output = client
+        .get_object()
+        .bucket(&object.bucket)
+        .key(&object.key)
+        .set_version_id(object.version_id.clone())
+        .set_if_match(object.etag.clone())
+        .set_range((from > 0).then(|| format!("bytes={from}-")))
+        .send()
+        .await
+        .map_err(|e| classify("GetObject", &at, &e))?;
+    let len = u64::try_from(output.content_length.unwrap_or(0)).unwrap_or(0);
+    if len != object.size.saturating_sub(from) {
+        return Err(FetchError::Permanent(format!(
+            "GetObject {at} from byte {from} answered {len} bytes of the {} checked at intake: the object was replaced",
+            object.size
+        )));
+    }
+    Ok(output.body)
+}
+
+/// Times a read cut midway is resumed before the sink is told it failed.
+const RESUMES: u32 = 3;
+
+/// An error and its causes on one line (the SDK's own text is only "streaming error").
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The one-line reason a sink that needs whole bodies gives for a streamed object.
+pub fn refusal(object: &ObjectRef, sink: &str, stream_above_bytes: u64) -> String {
+    format!(
+        "{} is {} bytes, above spec.payload.streamAboveBytes ({stream_above_bytes}), and sink {sink} cannot stream it (only http and s3 sinks do): route such objects to an http or s3 sink, or raise streamAboveBytes",
+        object.at(),
+        object.size
+    )
+}
+
+/// An open read of a streamed object, holding its fetch slot and window until it is dropped.
+pub struct ObjectBody {
+    body: ByteStream,
+    object: ObjectRef,
+    client: Client,
+    read: u64,
+    resumes: u32,
+    done: bool,
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    stats: Arc<FetchStats>,
+}
+
+impl ObjectBody {
+    /// The next piece of the object; `None` once all of it, and exactly its size, was read.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, FetchError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let next = self.body.next().await;
+            let (read, size, at) = (self.read, self.object.size, self.object.at());
+            let cut = match next {
+                Some(Ok(chunk)) => {
+                    self.read += chunk.len() as u64;
+                    if self.read > size {
+                        self.done = true;
+                        let reason = format!("{at} is longer than the {size} bytes it announced");
+                        return Some(Err(FetchError::Permanent(reason)));
+                    }
+                    return Some(Ok(chunk));
+                }
+                Some(Err(e)) => format!("reading {at} failed after {read} bytes: {}", chain(&e)),
+                None if read < size => format!("reading {at} ended after {read} of {size} bytes"),
+                None => {
+                    self.stats.streamed(size);
+                    self.done = true;
+                    return None;
+                }
+            };
+            if let Err(e) = self.resume(cut).await {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+    }
+
+    /// Read on from where the read was cut, if resumes are left.
+    async fn resume(&mut self, cut: String) -> Result<(), FetchError> {
+        if self.resumes >= RESUMES {
+            return Err(FetchError::Transient(format!("{cut} (resumed {} times)", self.resumes)));
+        }
+        self.resumes += 1;
+        super::warn("resumed", &cut);
+        tokio::time::sleep(std::time::Duration::from_millis(200) * self.resumes).await;
+        self.body = get(&self.client, &self.object, self.read).await?;
+        Ok(())
+    }
+
+    /// The rest of the object as a stream of pieces (for a streamed request body).
+    pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, FetchError>> + Send + 'static {
+        futures::stream::unfold(self, |mut body| async move { body.next_chunk().await.map(|c| (c, body)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_names_the_object_the_limit_and_the_sink() {
+        let object = ObjectRef {
+            bucket: "inbox".into(),
+            key: "big file.bin".into(),
+            version_id: None,
+            size: 52_428_800,
+            etag: Some("\"e\"".into()),
+        };
+        let reason = refusal(&object, "forward", 8_388_608);
+        assert!(reason.starts_with("s3://inbox/big file.bin is 52428800 bytes"), "{reason}");
+        assert!(reason.contains("spec.payload.streamAboveBytes (8388608)"), "{reason}");
+        assert!(reason.contains("sink forward cannot stream it"), "{reason}");
+        assert!(!reason.contains('\n'));
+    }
+}
