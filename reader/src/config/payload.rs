@@ -107,7 +107,7 @@ mod tests {
         // 4 GiB limit fits a budget of the default 256 MiB.
         let huge = PayloadSpec {
             max_object_bytes: 4 << 30,
-            extended_client: sluice_crds::ExtendedClientSpec { resolve: false },
+            extended_client: sluice_crds::ExtendedClientSpec { resolve: false, delete_objects: false },
             ..PayloadSpec::default()
         };
         assert_eq!(PayloadSettings::from_spec(&huge).unwrap().bounds.stream_above_bytes, 8 << 20);
