@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
@@ -63,6 +64,11 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
     outcome
 }
 
+/// How long the tasks get to finish once the operator stops; past it, it exits without them.
+/// Shorter than a pod's default grace period (30 s), so the operator ends rather than being killed,
+/// and nothing is lost: the next leader redoes whatever a reconcile left half done.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
 async fn operate(cli: Cli) -> Result<(), AppError> {
     let client = Client::try_default().await?;
     let shutdown = CancellationToken::new();
@@ -114,27 +120,48 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let work = async {
         tokio::join!(controller, scaler, checkpoint, sink_health);
     };
+    let outcome = until_stopped(work, elector.as_ref(), &shutdown, &leading).await;
+    if let (Some(elector), Ok(())) = (&elector, &outcome) {
+        elector.release().await;
+    }
+    finish(admin, outcome).await
+}
+
+/// Runs the tasks until they end (after `shutdown`), leadership is lost, or they overstay the
+/// stop by [`STOP_GRACE`].
+async fn until_stopped(
+    work: impl Future<Output = ()>,
+    elector: Option<&Elector>,
+    shutdown: &CancellationToken,
+    leading: &Metrics,
+) -> Result<(), AppError> {
     let lost = async {
-        match &elector {
+        match elector {
             Some(elector) => elector.hold().await,
             None => std::future::pending().await,
         }
     };
     tokio::pin!(work);
-    let outcome = tokio::select! {
+    let overdue = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(STOP_GRACE).await;
+    };
+    tokio::select! {
         () = &mut work => Ok(()),
+        () = overdue => {
+            tracing::warn!(grace_s = STOP_GRACE.as_secs(), "tasks still running after the stop; exiting without them");
+            Ok(())
+        }
         () = lost => {
             tracing::error!("lost the leader Lease; stopping");
             leading.set_leading(false);
             shutdown.cancel();
-            work.await;
+            if tokio::time::timeout(STOP_GRACE, work).await.is_err() {
+                tracing::warn!(grace_s = STOP_GRACE.as_secs(), "tasks still running after the stop; exiting without them");
+            }
             Err(AppError::LeadershipLost)
         }
-    };
-    if let (Some(elector), Ok(())) = (&elector, &outcome) {
-        elector.release().await;
     }
-    finish(admin, outcome).await
 }
 
 /// The leader election the flags ask for (`None`: this replica leads at once).

@@ -71,6 +71,27 @@ pub fn kube_line(error: &kube::Error) -> String {
     }
 }
 
+/// One line about a failed list or watch of SqsSources; a 404 there means the CRD is missing,
+/// which deserves the fix rather than the API server's words.
+pub fn sources_line(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 404 => {
+            "the SqsSource CRD is not installed in this cluster: kubectl apply -f deploy/crds/".to_owned()
+        }
+        other => kube_line(other),
+    }
+}
+
+/// [`sources_line`] for a watcher's error (the failed call is inside it).
+pub fn watch_line(error: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error as W;
+    match error {
+        W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => sources_line(e),
+        W::WatchError(status) => sources_line(&kube::Error::Api(status.clone())),
+        other => one_line(&other.to_string()),
+    }
+}
+
 /// The innermost cause of an error chain, on one line.
 pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut last = error;
@@ -124,6 +145,24 @@ mod tests {
         );
         assert!(!text.contains("Status {") && !text.contains('\n'));
         assert!(error.remedy().starts_with("grant the operator's ServiceAccount"));
+    }
+
+    #[test]
+    fn a_missing_crd_says_how_to_install_it() {
+        let status =
+            kube::core::Status::failure("the server could not find the requested resource", "NotFound")
+                .with_code(404);
+        let listed = kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
+        assert_eq!(
+            watch_line(&listed),
+            "the SqsSource CRD is not installed in this cluster: kubectl apply -f deploy/crds/"
+        );
+        let conflict = kube::core::Status::failure("too old resource version", "Expired").with_code(410);
+        let text = watch_line(&kube::runtime::watcher::Error::WatchError(Box::new(conflict)));
+        assert_eq!(
+            text,
+            "the Kubernetes API refused the request: too old resource version (HTTP 410 Expired)"
+        );
     }
 
     #[test]

@@ -52,6 +52,7 @@ impl SourceTicks {
                 }
                 Err(error) => {
                     if self.failing_since.is_none() {
+                        let error = crate::error::sources_line(&error);
                         tracing::warn!(task = self.task, %error,
                             "cannot list SqsSources; {} until it works again (retried every {} ms)",
                             self.stale, self.tick.as_millis());

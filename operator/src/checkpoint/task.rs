@@ -32,7 +32,7 @@ pub const TICK: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TickError {
-    #[error("kubernetes api: {0}")]
+    #[error("{}", crate::error::kube_line(.0))]
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Plan(#[from] super::plan::PlanError),

@@ -92,6 +92,8 @@ async fn supervise(ctx: Context, shutdown: CancellationToken) {
     let mut events = pin!(events);
     let loops_stop = shutdown.child_token();
     let mut loops: HashMap<ObjectRef<SqsSource>, tokio::task::JoinHandle<()>> = HashMap::new();
+    // One WARN line per outage, not one per retry.
+    let mut watch_failing = false;
     loop {
         let event = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -99,6 +101,9 @@ async fn supervise(ctx: Context, shutdown: CancellationToken) {
         };
         match event {
             Some(Ok(source)) => {
+                if std::mem::take(&mut watch_failing) {
+                    tracing::info!("watching SqsSources again");
+                }
                 loops.retain(|_, handle| !handle.is_finished());
                 let key = ObjectRef::from_obj(&source);
                 if let Entry::Vacant(slot) = loops.entry(key) {
@@ -108,7 +113,13 @@ async fn supervise(ctx: Context, shutdown: CancellationToken) {
                     slot.insert(tokio::spawn(task));
                 }
             }
-            Some(Err(error)) => tracing::warn!(%error, "SqsSource watch failed; retrying"),
+            Some(Err(error)) => {
+                if !watch_failing {
+                    let error = crate::error::watch_line(&error);
+                    tracing::warn!(%error, "cannot watch SqsSources; no source is scaled until it works (retried with backoff)");
+                }
+                watch_failing = true;
+            }
             None => break,
         }
     }

@@ -26,6 +26,7 @@ use super::held;
 use super::verdict::{SinksVerdict, fresh_reports, verdict};
 use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
+use crate::error::kube_line;
 use crate::scaler::drain::lease_selector;
 use crate::source_ticks::{FailingSources, SourceTicks};
 
@@ -62,7 +63,7 @@ async fn follow(client: Client, shutdown: CancellationToken) {
         for source in sources.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
             let key = (source.namespace().unwrap_or_default(), source.name_any());
             let before = known.get(&key).cloned().or_else(|| current(source).map(|c| c.status.clone()));
-            let result = step(&client, &recorder, source, before.as_deref()).await;
+            let result = step(&client, &recorder, source, before.as_deref()).await.map_err(|e| kube_line(&e));
             if let Some(Some(status)) = failing.record(&key, result, "sink health: updating SinksHealthy") {
                 known.insert(key, status);
             }

@@ -174,29 +174,10 @@ impl Dispatcher {
     /// Deliver to every sink that takes each record, then settle the rejected ones.
     /// `spans`: the batch's span for each sink, by index (see [`Dispatcher::delivery_spans`]).
     async fn deliver(&self, items: &[Item], spans: &[Span]) -> Vec<Verdict> {
-        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); items.len()];
+        let (mut outcomes, per_sink) = self.route(items);
         // The sinks that refused each record, with their reasons: they count against a sink's
-        // health only if the record cannot be settled (see `settle_rejected`).
+        // health only if the record cannot be settled (see `verdicts`).
         let mut refusals: Vec<Vec<(&str, String)>> = vec![Vec::new(); items.len()];
-        let mut per_sink: Vec<Vec<usize>> = vec![Vec::new(); self.sinks.sinks.len()];
-        for (i, item) in items.iter().enumerate() {
-            match &item.poison {
-                Some(reason) => outcomes[i].push(Outcome::Rejected { reason: reason.clone() }),
-                None => {
-                    for s in self.sinks.targets(&item.record) {
-                        let sink = &self.sinks.sinks[s].sink;
-                        match &item.record.object {
-                            Some(object) if !sink.streams_objects() => {
-                                let reason = object.refusal(sink.name());
-                                warnings::delivery_failed(sink.name(), "rejected", &reason);
-                                outcomes[i].push(Outcome::Rejected { reason });
-                            }
-                            _ => per_sink[s].push(i),
-                        }
-                    }
-                }
-            }
-        }
         let calls = per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| {
             let sink = &self.sinks.sinks[s].sink;
             let span = spans.get(s).cloned().unwrap_or_else(Span::none);
@@ -246,6 +227,42 @@ impl Dispatcher {
             self.metrics.delivered(name, delivered);
             tracing::debug!(records = idx.len(), delivered, "delivered");
         }
+        self.verdicts(items, &outcomes, &refusals).await
+    }
+
+    /// Each record's outcomes so far (poison, refusals of sinks that cannot take it) and, per
+    /// sink, the indexes of the records it is to be given.
+    fn route(&self, items: &[Item]) -> (Vec<Vec<Outcome>>, Vec<Vec<usize>>) {
+        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); items.len()];
+        let mut per_sink: Vec<Vec<usize>> = vec![Vec::new(); self.sinks.sinks.len()];
+        for (i, item) in items.iter().enumerate() {
+            match &item.poison {
+                Some(reason) => outcomes[i].push(Outcome::Rejected { reason: reason.clone() }),
+                None => {
+                    for s in self.sinks.targets(&item.record) {
+                        let sink = &self.sinks.sinks[s].sink;
+                        match &item.record.object {
+                            Some(object) if !sink.streams_objects() => {
+                                let reason = object.refusal(sink.name());
+                                warnings::delivery_failed(sink.name(), "rejected", &reason);
+                                outcomes[i].push(Outcome::Rejected { reason });
+                            }
+                            _ => per_sink[s].push(i),
+                        }
+                    }
+                }
+            }
+        }
+        (outcomes, per_sink)
+    }
+
+    /// One verdict per record from its sinks' outcomes, the rejected ones settled first.
+    async fn verdicts(
+        &self,
+        items: &[Item],
+        outcomes: &[Vec<Outcome>],
+        refusals: &[Vec<(&str, String)>],
+    ) -> Vec<Verdict> {
         let mut verdicts = Vec::with_capacity(items.len());
         let mut rejected = Vec::new();
         for (i, outcome) in outcomes.iter().enumerate() {
