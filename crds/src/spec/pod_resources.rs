@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReaderResources {
-    /// What the scheduler reserves for each reader. Absent: 100m CPU and 64Mi memory.
+    /// What the scheduler reserves for each reader. Absent: 100m CPU and 48Mi memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<ResourceAmounts>,
     /// The most each reader may use. Absent: a 256Mi memory limit and no CPU limit.

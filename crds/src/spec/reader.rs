@@ -38,7 +38,7 @@ pub struct ReaderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub termination_grace_period_seconds: Option<i64>,
-    /// CPU and memory of the reader container. Absent: requests 100m CPU and 64Mi memory, a 256Mi
+    /// CPU and memory of the reader container. Absent: requests 100m CPU and 48Mi memory, a 256Mi
     /// memory limit and no CPU limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ReaderResources>,

@@ -23,14 +23,15 @@ use sluice_crds::{ReaderSpec, ResourceAmounts};
 use super::service_account::account_name;
 use crate::validate::Validated;
 
-/// Requests sized from measured runs of the release build (BENCHMARKS.md, footprint): a reader
-/// with four pollers sits at 26 MiB resident idle and peaks at 32-33 MiB draining a backlog of
-/// 1 KiB messages at 550-950 messages/s, using about 0.12 CPU-seconds per 1,000 messages. 64Mi
-/// is twice that peak: room for larger messages in work (the capacity holds at most pollers x 40
-/// messages) without a request that packs nodes too tightly. A source that moves more per pod
-/// sets `spec.reader.resources`.
+/// Requests sized from measured runs of the release build (BENCHMARKS.md, footprint and release
+/// profile): a reader with four pollers sits at 19 MiB resident idle and peaks at 24 MiB draining
+/// a backlog of 1 KiB messages at about 800 messages/s, using about 0.15 CPU-seconds per 1,000
+/// messages. 48Mi is twice that peak: room for larger messages in work and a streamed object's
+/// part window, without a request that packs nodes too tightly. A source that moves more per pod
+/// (large Extended Client payloads are held whole, up to `payload.maxBytesInFlight`) sets
+/// `spec.reader.resources`.
 const DEFAULT_CPU_REQUEST: &str = "100m";
-const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
+const DEFAULT_MEMORY_REQUEST: &str = "48Mi";
 /// Four times the measured peak: room for large messages in flight (up to 256 KiB each) before
 /// the kernel stops a reader that leaks.
 const DEFAULT_MEMORY_LIMIT: &str = "256Mi";
