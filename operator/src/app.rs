@@ -149,7 +149,7 @@ async fn until_stopped(
     tokio::select! {
         () = &mut work => Ok(()),
         () = overdue => {
-            tracing::warn!(grace_s = STOP_GRACE.as_secs(), "tasks still running after the stop; exiting without them");
+            overstayed();
             Ok(())
         }
         () = lost => {
@@ -157,11 +157,18 @@ async fn until_stopped(
             leading.set_leading(false);
             shutdown.cancel();
             if tokio::time::timeout(STOP_GRACE, work).await.is_err() {
-                tracing::warn!(grace_s = STOP_GRACE.as_secs(), "tasks still running after the stop; exiting without them");
+                overstayed();
             }
             Err(AppError::LeadershipLost)
         }
     }
+}
+
+fn overstayed() {
+    tracing::warn!(
+        grace_s = STOP_GRACE.as_secs(),
+        "tasks still running after the stop; exiting without them"
+    );
 }
 
 /// The leader election the flags ask for (`None`: this replica leads at once).

@@ -46,6 +46,16 @@ fn localstack() -> (String, aws_config::SdkConfig, aws_sdk_sqs::Client) {
     (endpoint, base, sqs)
 }
 
+/// A queue named `name`, encrypted with `kms_key` if given; answers its URL.
+async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str, kms_key: Option<&str>) -> String {
+    let mut create = sqs.create_queue().queue_name(name);
+    if let Some(key) = kms_key {
+        create = create.attributes(aws_sdk_sqs::types::QueueAttributeName::KmsMasterKeyId, key);
+    }
+    let out = create.send().await.expect("LocalStack answers CreateQueue");
+    out.queue_url().expect("a queue url").to_owned()
+}
+
 #[tokio::test]
 async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() {
     let (endpoint, base, sqs) = localstack();
@@ -53,15 +63,7 @@ async fn every_target_is_checked_and_each_problem_names_its_field_in_one_line() 
         aws_sdk_s3::config::Builder::from(&base).endpoint_url(&endpoint).force_path_style(true).build(),
     );
     let name = format!("targets-{}", suffix());
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(&name)
-        .send()
-        .await
-        .expect("LocalStack answers CreateQueue")
-        .queue_url()
-        .expect("a queue url")
-        .to_owned();
+    let queue_url = create_queue(&sqs, &name, None).await;
     s3.create_bucket().bucket(&name).send().await.expect("LocalStack answers CreateBucket");
     let missing_queue = queue_url.replace(&name, &format!("{name}-gone"));
 
@@ -133,16 +135,7 @@ async fn a_kms_encrypted_source_queue_names_its_key_and_kms_decrypt() {
     use sluice_operator::queue_check::QueueInspector;
     let (endpoint, base, sqs) = localstack();
     let name = format!("kms-{}", suffix());
-    let url = sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::KmsMasterKeyId, "alias/sluice-orders")
-        .send()
-        .await
-        .expect("LocalStack answers CreateQueue")
-        .queue_url()
-        .expect("a queue url")
-        .to_owned();
+    let url = create_queue(&sqs, &name, Some("alias/sluice-orders")).await;
     let spec: SqsSourceSpec = serde_json::from_value(serde_json::json!({
         "queues": [{ "url": url, "endpoint": endpoint }],
         "sinks": [{ "name": "log", "log": {} }],

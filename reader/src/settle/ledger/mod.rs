@@ -42,6 +42,13 @@ enum State {
     Releasing,
 }
 
+impl State {
+    /// Not yet handed to the acker: what a commit, an abort or the drain may still decide.
+    fn is_unsettled(self) -> bool {
+        matches!(self, State::InWork | State::Held)
+    }
+}
+
 /// The epoch a message belongs to and the reader incarnation that tagged it. Under
 /// at-least-once every message has `Tag::NONE`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -138,8 +145,7 @@ impl Ledger {
     /// Delete this message now whatever its state short of deleting or releasing (a redelivery of
     /// a message some epoch already committed).
     pub fn take_for_delete(&mut self, ticket: Ticket) -> Option<Receipt> {
-        let entry =
-            self.entries.get_mut(&ticket).filter(|e| matches!(e.state, State::InWork | State::Held))?;
+        let entry = self.entries.get_mut(&ticket).filter(|e| e.state.is_unsettled())?;
         entry.state = State::Deleting;
         Some(entry.receipt.clone())
     }
@@ -162,7 +168,7 @@ impl Ledger {
     pub fn abort(&mut self, tag: Tag) -> Vec<(Ticket, Receipt)> {
         let mut due = Vec::new();
         for (ticket, e) in &mut self.entries {
-            if e.tag == tag && matches!(e.state, State::InWork | State::Held) {
+            if e.tag == tag && e.state.is_unsettled() {
                 e.state = State::Releasing;
                 due.push((*ticket, e.receipt.clone()));
             }
@@ -203,7 +209,7 @@ impl Ledger {
     pub fn release_all(&mut self) -> Vec<(Ticket, Receipt)> {
         let mut due = Vec::new();
         for (ticket, e) in &mut self.entries {
-            if matches!(e.state, State::InWork | State::Held) {
+            if e.state.is_unsettled() {
                 e.state = State::Releasing;
                 due.push((*ticket, e.receipt.clone()));
             }
@@ -222,7 +228,7 @@ impl Ledger {
 
     /// Messages the drain would hand back now: in work, or held for an epoch.
     pub fn to_hand_back(&self) -> usize {
-        self.entries.values().filter(|e| matches!(e.state, State::InWork | State::Held)).count()
+        self.entries.values().filter(|e| e.state.is_unsettled()).count()
     }
 
     /// Messages not yet settled by the sinks.
