@@ -38,7 +38,7 @@ pub struct Args {
     pub coordination: CoordinationArg,
 
     /// Address of the admin server (/metrics, /healthz, /readyz); port 0 picks a free one.
-    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "[::]:9090")]
     pub admin_addr: String,
 
     /// Also write the bound admin address to this file.
