@@ -54,7 +54,11 @@ fn unbounded(schema: &Value, path: &str, ruled: bool, out: &mut Vec<(String, boo
 /// count, when it names any (a rule on `spec` that reads `self.sinks` never walks `reader`).
 fn data_cost(schema: &Value, rule: Option<&str>) -> f64 {
     if is_type(schema, "string") {
-        return (bound(schema, "maxLength").unwrap_or(f64::INFINITY) * 0.1).ceil() + 1.0;
+        let longest_enum = schema.get("enum").and_then(Value::as_array).map(|values| {
+            values.iter().filter_map(Value::as_str).map(|v| v.len() as f64).fold(0.0, f64::max)
+        });
+        let length = bound(schema, "maxLength").or(longest_enum).unwrap_or(f64::INFINITY);
+        return (length * 0.1).ceil() + 1.0;
     }
     if let Some(items) = schema.get("items") {
         return bound(schema, "maxItems").unwrap_or(f64::INFINITY) * (1.0 + data_cost(items, None));
