@@ -52,9 +52,9 @@ pub struct ReaderSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), transform = super::embedded_bounds::bound_embedded)]
     pub tolerations: Vec<Toleration>,
-    /// Node and pod (anti-)affinity of the reader pods (pod `affinity`): at most 8 terms in each
-    /// list of terms, 16 `matchExpressions` (8 `matchFields`) a term, 64 `values` an expression,
-    /// 32 `matchLabels`; keys at most 317 characters, values and names 253. Default none.
+    /// Node and pod (anti-)affinity of the reader pods (pod `affinity`): at most 16 terms in all,
+    /// 16 `matchExpressions` (8 `matchFields`) a term, 64 `values` an expression, 32
+    /// `matchLabels`; keys at most 317 characters, values and names 253. Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = super::embedded_bounds::bound_embedded)]
     pub affinity: Option<Affinity>,
