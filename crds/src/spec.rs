@@ -8,6 +8,7 @@
 
 mod credentials;
 mod delivery;
+mod embedded_bounds;
 mod held;
 mod payload;
 mod pod_resources;

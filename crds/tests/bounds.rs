@@ -18,7 +18,7 @@ struct Bound {
 }
 
 fn collect(schema: &Value, path: &str, out: &mut Vec<Bound>) {
-    for keyword in ["minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"] {
+    for keyword in ["minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "maxProperties"] {
         if let Some(limit) = schema.get(keyword).and_then(Value::as_f64) {
             let item_type = schema.pointer("/items/type").and_then(Value::as_str).map(str::to_owned);
             out.push(Bound { path: path.to_owned(), keyword, limit: limit as i64, item_type });
@@ -43,6 +43,12 @@ fn values(bound: &Bound, base: &Value) -> (Value, Value) {
         "maximum" => (json!(n + 1), json!(n)),
         "minLength" => ("a".repeat((n - 1) as usize).into(), "a".repeat(n as usize).into()),
         "maxLength" => ("a".repeat((n + 1) as usize).into(), "a".repeat(n as usize).into()),
+        "maxProperties" => {
+            let map = |len: i64| {
+                Value::Object((0..len).map(|i| (format!("example.com/k{i}"), json!("x"))).collect())
+            };
+            (map(n + 1), map(n))
+        }
         _ => {
             let item = match bound.item_type.as_deref() {
                 Some("object") => {
@@ -70,6 +76,7 @@ fn expected_phrase(bound: &Bound) -> String {
         "minLength" => format!("must have at least {n} characters"),
         "maxLength" => format!("must have at most {n} characters"),
         "minItems" => format!("must have at least {n} entries"),
+        "maxProperties" => format!("must have at most {n} keys"),
         _ => format!("must have at most {n} entries"),
     }
 }

@@ -417,3 +417,30 @@ fn the_derived_validate_cel_agrees_with_the_compiled_rules() {
     let good: SqsSource = serde_json::from_value(full()).expect("valid");
     assert!(good.validate_cel().is_ok());
 }
+
+#[test]
+fn credential_headers_are_refused_inline_whatever_their_case() {
+    let names = ["Authorization", "proxy-authorization", "X-Api-Key", "API-KEY", "x-auth-token", "Cookie"];
+    for name in names {
+        for (path, place) in
+            [("spec.sinks[0].http.headers", "sinks"), ("spec.deadLetterSink.http.headers", "dead")]
+        {
+            let mut bad = full();
+            let http = json!({"url": "http://127.0.0.1:8081/dead", "headers": {name: "secret"}});
+            if place == "dead" {
+                spec(&mut bad)["deadLetterSink"] = json!({"name": "dead", "http": http});
+            } else {
+                spec(&mut bad)["sinks"][0]["http"]["headers"][name] = json!("secret");
+            }
+            let err = support::rejected(&bad);
+            let line = err.to_string();
+            assert!(
+                line.lines().any(|l| l.starts_with(path) && l.contains("secretRefs.headers")),
+                "{name} at {path}: expected one line naming the field and secretRefs, got:\n{err}"
+            );
+        }
+    }
+    let mut fine = full();
+    spec(&mut fine)["sinks"][0]["http"]["headers"] = json!({"X-Authorization-Mode": "none", "X-Team": "a"});
+    support::accepted(&fine);
+}

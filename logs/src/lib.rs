@@ -9,6 +9,8 @@
 
 pub mod capture;
 mod flat_json;
+#[cfg(feature = "listen")]
+pub mod listen;
 #[cfg(feature = "otlp")]
 mod otlp;
 #[cfg(not(feature = "otlp"))]

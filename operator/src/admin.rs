@@ -56,7 +56,7 @@ pub async fn serve(
     state: Arc<AdminState>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = sluice_logs::listen::bind_admin(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "admin server listening");
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

@@ -27,7 +27,7 @@ pub struct Cli {
     #[arg(long, env = "SLUICE_NAMESPACE")]
     pub namespace: Option<String>,
     /// Address of the admin server (/metrics, /healthz, /readyz).
-    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "[::]:8080")]
     pub admin_addr: SocketAddr,
     /// Hold a Lease before acting, so that only one of several replicas writes.
     #[arg(long, env = "SLUICE_LEADER_ELECTION", value_enum, default_value = "on")]

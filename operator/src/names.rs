@@ -18,6 +18,9 @@ pub const CONFIG_KEY: &str = "source.yaml";
 pub const CONFIG_MOUNT_DIR: &str = "/etc/sluice";
 /// Pod-template annotation whose change rolls the readers when their configuration changes.
 pub const CONFIG_HASH_ANNOTATION: &str = "sluice.dev/config-hash";
+/// Pod-template annotation whose change rolls the readers when the annotations of the
+/// ServiceAccount the operator creates for them change (the IRSA role is fixed at pod admission).
+pub const SERVICE_ACCOUNT_HASH_ANNOTATION: &str = "sluice.dev/service-account-hash";
 /// Admin port of the reader (metrics and probes).
 pub const READER_ADMIN_PORT: i32 = 9090;
 

@@ -1,7 +1,7 @@
 //! End-to-end, as separate processes: LocalStack, the local control plane with its process runner, the
 //! operator, and reader processes per Deployment replica. A user's `kubectl apply` of an SqsSource must
-//! turn into readers that deliver every message, through rollouts, reader kills, an operator restart, and
-//! the source's deletion.
+//! turn into readers that deliver every message, through rollouts (a spec change, a new IRSA role on the
+//! readers' ServiceAccount), reader kills, an operator restart, and the source's deletion.
 //!
 //! Each scenario counts at a real HTTP sink on 127.0.0.1 (distinct CloudEvents ids) and at the queue
 //! (empty at the end): at-least-once means every message arrives, none is lost, duplicates are allowed
@@ -113,6 +113,56 @@ async fn a_spec_change_rolls_the_readers_without_loss() -> Result<()> {
     assert!(
         after.iter().all(|p| !before.contains(p)),
         "readers were not rolled: before {before:?}, after {after:?}"
+    );
+    s.finish().await
+}
+
+/// `source_yaml` with `spec.reader.serviceAccount.annotations` naming an IRSA role.
+fn with_role(yaml: &str, role: &str) -> Result<String> {
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(yaml)?;
+    let arn = format!("arn:aws:iam::123456789012:role/{role}");
+    doc["spec"]["reader"]["serviceAccount"] =
+        serde_yaml::from_str(&format!("{{annotations: {{eks.amazonaws.com/role-arn: \"{arn}\"}}}}"))?;
+    Ok(serde_yaml::to_string(&doc)?)
+}
+
+/// The reader Deployment's `sluice.dev/service-account-hash`.
+async fn account_hash(system: &System, source: &str) -> Result<Option<String>> {
+    let deployment = system.reader_deployment(source).await?;
+    let template = deployment.and_then(|d| d.spec).and_then(|s| s.template.metadata);
+    Ok(template.and_then(|m| m.annotations).and_then(|a| a.get("sluice.dev/service-account-hash").cloned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_irsa_role_rolls_the_readers_without_loss() -> Result<()> {
+    let s = scenario("e2e-irsa").await?;
+    s.system.apply_source(&with_role(&source_yaml("irsa", &s, 2, 2), "orders-v1")?).await?;
+    s.system.wait_ready_readers("irsa", 2, Duration::from_secs(60)).await?;
+    let hash_before = account_hash(&s.system, "irsa").await?.expect("the template carries the account hash");
+    let before: Vec<String> = s.system.running_readers("irsa").into_iter().map(|p| p.name).collect();
+    s.queue.send_batch(1000).await?;
+    // Only the ServiceAccount's annotation changes: the rendered config (and its hash) stay the same.
+    s.system.apply_source(&with_role(&source_yaml("irsa", &s, 2, 2), "orders-v2")?).await?;
+    let hash_after = poll::until(Duration::from_secs(60), Duration::from_millis(250), || async {
+        let now = account_hash(&s.system, "irsa").await?;
+        Ok(match now {
+            Some(h) if h != hash_before => Check::Met(h),
+            other => Check::NotYet(format!("the pod template's account hash is still {other:?}")),
+        })
+    })
+    .await?;
+    println!("service-account hash {hash_before} -> {hash_after}");
+    s.queue.send_batch(1000).await?;
+    s.expect_all_delivered(2000, Duration::from_secs(180)).await?;
+    poll::until(Duration::from_secs(90), Duration::from_millis(500), || async {
+        let after: Vec<String> = s.system.running_readers("irsa").into_iter().map(|p| p.name).collect();
+        let rolled = after.len() == 2 && after.iter().all(|p| !before.contains(p));
+        Ok(Check::met_if(rolled, || format!("readers not rolled: before {before:?}, now {after:?}")))
+    })
+    .await?;
+    println!(
+        "readers before {before:?}, after the role change {:?}",
+        s.system.running_readers("irsa").into_iter().map(|p| p.name).collect::<Vec<_>>()
     );
     s.finish().await
 }

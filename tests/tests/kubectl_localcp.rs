@@ -1,6 +1,7 @@
 //! The real `kubectl` against the local control plane, as a user of the demo runs it: apply with
 //! validation on, explain, get with printer columns, describe with the operator's events, events,
-//! pods and their logs; and names or fields a real API server refuses, refused the same way.
+//! pods and their logs; `kubectl create configmap` and `kubectl create token` (protobuf bodies);
+//! and names, fields and inline credential headers a real API server refuses, refused the same way.
 //!
 //! Needs /usr/bin/kubectl (or `KUBECTL`). Where it is absent the test says so and passes, except under
 //! `CI=true`, where the runner must provide it.
@@ -79,6 +80,41 @@ impl Kubectl {
         })
         .await
     }
+}
+
+/// `kubectl create configmap` and `kubectl create token` (protobuf bodies) work as on a cluster:
+/// the ConfigMap holds what was given, and the token authenticates as the ServiceAccount.
+async fn kubectl_creates_configmaps_and_tokens(kubectl: &Kubectl, dir: &Path) -> Result<()> {
+    let created = kubectl.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "--from-literal=mode=fast",
+        "--from-literal=empty=",
+    ])?;
+    assert!(created.contains("configmap/settings created"), "{created}");
+    let data = kubectl.ok(&["get", "configmap", "settings", "-o", "jsonpath={.data}"])?;
+    let data: serde_json::Value = serde_json::from_str(&data)?;
+    assert_eq!(data, serde_json::json!({"mode": "fast", "empty": ""}));
+
+    let token = kubectl.ok(&["create", "token", "orders-reader", "--duration=10m", "--audience=sluice"])?;
+    let token = token.trim();
+    assert!(!token.is_empty(), "kubectl create token printed nothing");
+    let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig"))?;
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("a server in the kubeconfig")?
+        .trim_matches('"')
+        .to_owned();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let url = format!("{server}/api/v1/namespaces/default/configmaps/orders-config");
+    let with = http.get(&url).bearer_auth(token).send().await?.status().as_u16();
+    let forged = http.get(&url).bearer_auth("sluice-local-forged").send().await?.status().as_u16();
+    println!("GET {url}: {with} with the created token, {forged} with a forged one");
+    assert_ne!(with, 401, "the token kubectl created does not authenticate");
+    assert_eq!(forged, 401);
+    Ok(())
 }
 
 /// A user's first manifest: the queue, one http sink, one reader.
@@ -163,6 +199,22 @@ async fn kubectl_reads_and_writes_the_local_control_plane_like_a_cluster() -> Re
     let from_file = format!("--from-file={}", big.display());
     let refused = kubectl.refused(&["create", "configmap", "big", &from_file], None)?;
     assert!(refused.contains("Request entity too large: limit is 3145728"), "{refused}");
+    // A credential header written inline: refused at apply, pointing at secretRefs.
+    let inline = dir.join("inline-token.yaml");
+    let mut with_token: serde_yaml::Value =
+        serde_yaml::from_str(&source_yaml("orders-inline", &queue, &endpoint, &sink.url()))?;
+    with_token["spec"]["sinks"][0]["http"]["headers"] =
+        serde_yaml::from_str("{Authorization: Bearer t0ken}")?;
+    std::fs::write(&inline, serde_yaml::to_string(&with_token)?)?;
+    let refused = kubectl.refused(&["apply", "-f", inline.to_str().unwrap_or_default()], None)?;
+    assert!(
+        refused.contains("spec.sinks[0].http.headers")
+            && refused.contains("spec.sinks[].http.secretRefs.headers"),
+        "{refused}"
+    );
+
+    // Imperative creates of built-in kinds: kubectl sends these bodies as protobuf.
+    kubectl_creates_configmaps_and_tokens(&kubectl, &dir).await?;
 
     drop(system);
     sink.stop().await?;

@@ -102,11 +102,11 @@ pub struct PayloadS3Spec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub region: Option<String>,
-    /// Buckets objects may be fetched from, at most 32. The operator checks each is reachable
+    /// Buckets objects may be fetched from, at most 32 names of 3-63 characters. The operator checks each is reachable
     /// with the source's identity; an object in any other bucket goes to the dead-letter sink.
     /// Empty (the default): any bucket the reader's identity can read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 32), inner(length(min = 3, max = 63)))]
     pub buckets: Vec<String>,
 }
 

@@ -33,11 +33,13 @@ pub struct ReaderServiceAccount {
     #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')")
         .message("spec.reader.serviceAccount.name must be a ServiceAccount name (lowercase letters, digits, - and .): fix the name"))]
     pub name: Option<String>,
-    /// Annotations of the created account, at most 16, e.g. `eks.amazonaws.com/role-arn:
-    /// arn:aws:iam::ACCOUNT:role/NAME` for IRSA. Only with `create: true`. Default none.
+    /// Annotations of the created account, at most 16, each value at most 4096 characters, e.g.
+    /// `eks.amazonaws.com/role-arn: arn:aws:iam::ACCOUNT:role/NAME` for IRSA. Only with
+    /// `create: true`. A change rolls the readers (their pod template carries a hash of these
+    /// annotations), since the EKS webhook fixes a pod's identity when the pod is created.
+    /// Default none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new("self.size() <= 16")
-        .message("spec.reader.serviceAccount.annotations has more than 16 entries: keep at most 16"))]
+    #[schemars(extend("maxProperties" = 16, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     pub annotations: BTreeMap<String, String>,
 }
 

@@ -58,8 +58,15 @@ pub struct HttpSinkSpec {
     #[serde(default = "default_http_concurrency")]
     #[schemars(range(min = 1, max = 1024))]
     pub concurrency: u32,
-    /// Extra request headers (name to value). Default none.
+    /// Extra request headers (name to value), at most 32, each value at most 4096 characters.
+    /// The value is written in the readers' ConfigMap, readable by anyone who may read
+    /// ConfigMaps, so headers that carry credentials are refused here (compared case-insensitively):
+    /// `Authorization`, `Proxy-Authorization`, `X-Api-Key`, `Api-Key`, `X-Auth-Token`, `Cookie`.
+    /// Put those in a Secret and name them in `secretRefs.headers`. Default none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
+    #[x_kube(validation = Rule::new("self.all(h, !(h.lowerAscii() in ['authorization', 'proxy-authorization', 'x-api-key', 'api-key', 'x-auth-token', 'cookie']))")
+        .message("spec.sinks[].http.headers sets a credential header inline (Authorization, Proxy-Authorization, X-Api-Key, Api-Key, X-Auth-Token or Cookie), where every reader of the source's ConfigMap can read it: put the value in a Secret and name it in spec.sinks[].http.secretRefs.headers instead"))]
     pub headers: BTreeMap<String, String>,
     /// Header values (tokens) and a CA bundle from Secrets, never inline. Default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,8 @@ pub const KNOWN_KEYWORDS: &[&str] = &[
     "maxLength",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "format",
     "default",
     "description",
@@ -205,8 +207,11 @@ fn plain(bound: f64) -> String {
 }
 
 fn check_length(schema: &Value, len: usize, unit: &str, path: &str, out: &mut Vec<Violation>) {
-    let (min_key, max_key) =
-        if unit == "entries" { ("minItems", "maxItems") } else { ("minLength", "maxLength") };
+    let (min_key, max_key) = match unit {
+        "entries" => ("minItems", "maxItems"),
+        "keys" => ("minProperties", "maxProperties"),
+        _ => ("minLength", "maxLength"),
+    };
     if let Some(min) = schema.get(min_key).and_then(Value::as_u64)
         && (len as u64) < min
     {
@@ -254,6 +259,7 @@ fn check_list_map_keys(schema: &Value, items: &[Value], path: &str, out: &mut Ve
 }
 
 fn check_object(schema: &Value, obj: &Map<String, Value>, path: &str, out: &mut Vec<Violation>) {
+    check_length(schema, obj.len(), "keys", path, out);
     let props = schema.get("properties").and_then(Value::as_object);
     for name in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
         if let Some(name) = name.as_str()

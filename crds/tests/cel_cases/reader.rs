@@ -39,25 +39,19 @@ pub fn cases() -> Vec<Case> {
             invalid: |v| reader(v)["resources"]["limits"]["ephemeralStorage"] = json!("-1Mi"),
         },
         Case {
-            names: "spec.reader.nodeSelector has more than 32 entries",
-            path: "spec.reader.nodeSelector",
-            valid: |v| reader(v)["nodeSelector"] = many(32, "label-"),
-            invalid: |v| reader(v)["nodeSelector"] = many(33, "label-"),
-        },
-        Case {
             names: "spec.reader.priorityClassName must be a PriorityClass name",
             path: "spec.reader.priorityClassName",
             valid: |v| reader(v)["priorityClassName"] = json!("system-cluster-critical"),
             invalid: |v| reader(v)["priorityClassName"] = json!("High_Priority"),
         },
         Case {
-            names: "spec.reader.podAnnotations must have at most 64 entries and no sluice.dev/ keys",
+            names: "spec.reader.podAnnotations has sluice.dev/ keys",
             path: "spec.reader.podAnnotations",
             valid: |v| reader(v)["podAnnotations"] = many(64, "example.com/a"),
             invalid: |v| reader(v)["podAnnotations"] = json!({"sluice.dev/config-hash": "0"}),
         },
         Case {
-            names: "spec.reader.podLabels must have at most 32 entries and none of app.kubernetes.io/name",
+            names: "spec.reader.podLabels has one of app.kubernetes.io/name",
             path: "spec.reader.podLabels",
             valid: |v| reader(v)["podLabels"] = json!({"app.kubernetes.io/part-of": "payments"}),
             invalid: |v| reader(v)["podLabels"] = json!({"app.kubernetes.io/instance": "other"}),
@@ -89,10 +83,12 @@ pub fn cases() -> Vec<Case> {
             invalid: |v| reader(v)["serviceAccount"]["name"] = json!("Team_A"),
         },
         Case {
-            names: "spec.reader.serviceAccount.annotations has more than 16 entries",
-            path: "spec.reader.serviceAccount.annotations",
-            valid: |v| reader(v)["serviceAccount"]["annotations"] = many(16, "example.com/a"),
-            invalid: |v| reader(v)["serviceAccount"]["annotations"] = many(17, "example.com/a"),
+            names: "spec.sinks[].http.headers sets a credential header inline",
+            path: "spec.sinks[0].http.headers",
+            valid: |v| {
+                spec(v)["sinks"][0]["http"]["headers"] = json!({"X-Api-Version": "2", "Accept": "*/*"})
+            },
+            invalid: |v| spec(v)["sinks"][0]["http"]["headers"]["X-API-KEY"] = json!("s3cr3t"),
         },
         Case {
             names: "spec.credentials.sessionName is only used when source is AssumeRole",

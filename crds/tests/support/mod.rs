@@ -88,19 +88,27 @@ pub fn full() -> Value {
                 },
                 "nodeSelector": {"kubernetes.io/os": "linux"},
                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "sluice", "effect": "NoSchedule"}],
-                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}
-                ]}}},
+                "affinity": full_affinity(),
                 "topologySpreadConstraints": [{
                     "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-                    "labelSelector": {"matchLabels": {"sluice.dev/source": "full"}}
+                    "labelSelector": selector(),
+                    "matchLabelKeys": ["pod-template-hash"], "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Ignore"
                 }],
                 "priorityClassName": "sluice-readers",
                 "podAnnotations": {"example.com/team": "payments"},
                 "podLabels": {"team": "payments"},
                 "imagePullSecrets": [{"name": "registry"}],
-                "env": [{"name": "AWS_REGION", "value": "us-east-1"}],
-                "envFrom": [{"configMapRef": {"name": "reader-extra", "optional": true}}],
+                "env": [
+                    {"name": "AWS_REGION", "value": "us-east-1"},
+                    {"name": "FROM_CONFIG", "valueFrom": {"configMapKeyRef": {"name": "extra", "key": "a"}}},
+                    {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "extra", "key": "b"}}},
+                    {"name": "FROM_FIELD", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                    {"name": "FROM_RESOURCE", "valueFrom": {"resourceFieldRef": {"containerName": "reader", "resource": "limits.memory"}}}
+                ],
+                "envFrom": [
+                    {"configMapRef": {"name": "reader-extra", "optional": true}, "prefix": "EXTRA_"},
+                    {"secretRef": {"name": "reader-secret"}}
+                ],
                 "serviceAccount": {
                     "create": true, "name": "full-readers",
                     "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/full-reader"}
@@ -120,6 +128,43 @@ pub fn full() -> Value {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"
             }]
         }
+    })
+}
+
+/// A label selector with both its parts, as affinity terms and spread constraints take it.
+fn selector() -> Value {
+    json!({
+        "matchLabels": {"sluice.dev/source": "full"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["readers"]}]
+    })
+}
+
+/// A pod (anti-)affinity term with every field.
+fn pod_term() -> Value {
+    json!({
+        "labelSelector": selector(), "namespaceSelector": selector(), "namespaces": ["default"],
+        "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"],
+        "mismatchLabelKeys": ["team"]
+    })
+}
+
+/// Node, pod and anti-affinity with every list filled, so each bound has a place to bite.
+fn full_affinity() -> Value {
+    let node_term = json!({
+        "matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}],
+        "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]
+    });
+    let pod_terms = json!({
+        "requiredDuringSchedulingIgnoredDuringExecution": [pod_term()],
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": pod_term()}]
+    });
+    json!({
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [node_term.clone()]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": node_term}]
+        },
+        "podAffinity": pod_terms.clone(),
+        "podAntiAffinity": pod_terms
     })
 }
 

@@ -77,9 +77,7 @@ fn the_reader_runs_in_kubernetes_mode_with_the_mounted_source() {
     assert_eq!(r.command, Some(vec!["sluice-reader".to_owned()]));
     let args = r.args.clone().unwrap_or_default().join(" ");
     assert!(
-        args.starts_with(
-            "--source /etc/sluice/source.yaml --coordination kubernetes --admin-addr 0.0.0.0:9090"
-        )
+        args.starts_with("--source /etc/sluice/source.yaml --coordination kubernetes --admin-addr [::]:9090")
     );
     assert!(args.contains("--shutdown-deadline-seconds 25"), "{args}");
     assert!(args.contains("--unready-after-seconds 60"), "the default: {args}");

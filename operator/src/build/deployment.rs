@@ -70,6 +70,10 @@ pub(super) fn deployment(valid: &Validated<'_>, owner: &OwnerReference, hash: &s
         ..PodSpec::default()
     };
     shape_pod(valid, &mut pod, &mut pod_meta);
+    if let Some(account_hash) = super::service_account::annotations_hash(valid) {
+        let annotations = pod_meta.annotations.get_or_insert_default();
+        annotations.insert(names::SERVICE_ACCOUNT_HASH_ANNOTATION.to_owned(), account_hash);
+    }
     if let Some((volume, mount, variable)) = sink_secrets::mount(&valid.source.spec) {
         pod.volumes.get_or_insert_default().push(volume);
         for container in &mut pod.containers {
@@ -100,7 +104,7 @@ fn container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
 
 fn base_container(valid: &Validated<'_>, deadline_seconds: i64) -> Container {
     let source_path = format!("{}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_KEY);
-    let admin_addr = format!("0.0.0.0:{}", names::READER_ADMIN_PORT);
+    let admin_addr = format!("[::]:{}", names::READER_ADMIN_PORT);
     let unready_after = valid.source.spec.delivery.unready_after_seconds.to_string();
     Container {
         name: names::READER_CONTAINER.to_owned(),

@@ -34,6 +34,19 @@ pub(super) fn service_account(valid: &Validated<'_>, owner: &OwnerReference) -> 
     Some(created)
 }
 
+/// A hash of the created account's annotations, for the pod template: the EKS pod identity
+/// webhook reads `eks.amazonaws.com/role-arn` (and the token settings) from the account only when
+/// a pod is admitted, so a changed role reaches the readers only through new pods. `None` when
+/// the account is not created here or has no annotations (nothing to follow).
+pub(super) fn annotations_hash(valid: &Validated<'_>) -> Option<String> {
+    let account = &valid.source.spec.reader.service_account;
+    if !account.create || account.annotations.is_empty() {
+        return None;
+    }
+    let lines: String = account.annotations.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    Some(super::config_hash(&lines))
+}
+
 /// Points the readers' RoleBinding at the account the pods actually run as.
 pub(super) fn bind_to_account(binding: &mut RoleBinding, account: &str) {
     for subject in binding.subjects.iter_mut().flatten() {

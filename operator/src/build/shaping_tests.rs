@@ -130,6 +130,46 @@ fn the_irsa_example_annotates_its_own_account_and_sets_no_webhook_variable() {
     }
 }
 
+/// The pod template's `sluice.dev/service-account-hash`, if any.
+fn account_hash(source: &SqsSource) -> Option<String> {
+    let c = children_of(source);
+    let annotations = c.deployment.spec.and_then(|d| d.template.metadata).and_then(|m| m.annotations);
+    annotations.and_then(|a| a.get(crate::names::SERVICE_ACCOUNT_HASH_ANNOTATION).cloned())
+}
+
+#[test]
+fn a_changed_irsa_annotation_changes_the_pod_template_and_nothing_else_does() {
+    let original = source(ORDERS_HTTP);
+    let before = account_hash(&original).expect("the IRSA example's template carries the account hash");
+    let mut other_role = original.clone();
+    other_role.spec.reader.service_account.annotations.insert(
+        "eks.amazonaws.com/role-arn".into(),
+        "arn:aws:iam::123456789012:role/orders-reader-v2".into(),
+    );
+    let after = account_hash(&other_role).expect("still annotated");
+    assert_ne!(before, after, "a new role must roll the readers");
+    assert_eq!(
+        children_of(&original).config_hash,
+        children_of(&other_role).config_hash,
+        "the config is unchanged"
+    );
+
+    let mut same = original.clone();
+    same.spec.reader.log_level = Some("debug".into());
+    assert_eq!(account_hash(&same).as_deref(), Some(before.as_str()), "only the annotations count");
+
+    let mut none = original.clone();
+    none.spec.reader.service_account.annotations.clear();
+    assert_eq!(account_hash(&none), None, "no annotations, no hash: removing them rolls the readers too");
+    let mut existing = original;
+    existing.spec.reader.service_account = sluice_crds::ReaderServiceAccount {
+        create: false,
+        name: Some("shared".into()),
+        ..Default::default()
+    };
+    assert_eq!(account_hash(&existing), None, "an existing account is the platform team's to roll");
+}
+
 #[test]
 fn an_assumed_role_reaches_the_reader_in_its_source_not_in_aws_role_arn() {
     let c = children(EVENTS_S3);

@@ -38,7 +38,7 @@ pub struct Args {
     pub coordination: CoordinationArg,
 
     /// Address of the admin server (/metrics, /healthz, /readyz); port 0 picks a free one.
-    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "[::]:9090")]
     pub admin_addr: String,
 
     /// Also write the bound admin address to this file.
@@ -106,7 +106,7 @@ mod tests {
     fn defaults_follow_the_contract() {
         let args = Args::try_parse_from(["sluice-reader", "--source", "s.yaml"]).unwrap();
         assert_eq!(args.coordination, CoordinationArg::Standalone);
-        assert_eq!(args.admin_addr, "0.0.0.0:9090");
+        assert_eq!(args.admin_addr, "[::]:9090");
         assert_eq!(args.shutdown_deadline_seconds, 20);
         assert_eq!(args.log_format, LogFormat::Text);
         let options = args.options(&source(""));

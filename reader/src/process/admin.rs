@@ -46,7 +46,11 @@ impl Admin {
 
     /// Bind, announce the address, and serve until `shutdown`.
     pub async fn bind(&self, addr: &str, addr_file: Option<&Path>) -> Result<(SocketAddr, Serving)> {
-        let listener = TcpListener::bind(addr).await.map_err(Error::Admin)?;
+        let listener = match addr.parse::<SocketAddr>() {
+            Ok(parsed) => sluice_logs::listen::bind_admin(parsed).await,
+            Err(_) => TcpListener::bind(addr).await,
+        }
+        .map_err(Error::Admin)?;
         let bound = listener.local_addr().map_err(Error::Admin)?;
         println!("sluice-reader admin listening on {bound}");
         if let Some(path) = addr_file {

@@ -48,9 +48,11 @@
 //!   `resourceVersionMatch` on lists (always the latest state); `Table` output (gets, lists and
 //!   watches) has a CRD's printer columns and the usual columns of pods, deployments, configmaps,
 //!   events and namespaces, but only Name and Created At for other built-in kinds;
-//! - protobuf and CBOR bodies (415): kubectl's imperative commands that send protobuf for built-in
-//!   types (`kubectl create deployment`, `kubectl scale`) fail; `kubectl apply` (validation on),
-//!   `patch`, `get`, `describe`, `explain`, `logs`, `delete` work;
+//! - protobuf bodies except ConfigMap and TokenRequest, and CBOR bodies (415): `kubectl create
+//!   configmap` and `kubectl create token` work (see [`http`]'s `protobuf`), other imperative
+//!   commands that send protobuf for built-in types (`kubectl create deployment`, `kubectl scale`)
+//!   fail; `kubectl apply` (validation on), `patch`, `get`, `describe`, `explain`, `logs`, `delete`
+//!   work;
 //! - the `fieldValidation=Warn` default (no warning headers) and dry runs;
 //! - request bodies over 3 MiB are refused with a 413 Status, as by the API server, but there is no
 //!   limit on the size of a stored object beyond that;
@@ -63,7 +65,7 @@
 //!   does); foreground deletion has no `foregroundDeletion` finalizer phase, and `blockOwnerDeletion`
 //!   is ignored;
 //! - no controllers at all (Deployments do not create ReplicaSets or Pods: the [`crate::kubelet`] runner
-//!   plays that part), no scheduling, no `exec`/`port-forward`/`attach`, no aggregation, no protobuf, no
+//!   plays that part), no scheduling, no `exec`/`port-forward`/`attach`, no aggregation, protobuf only as above, no
 //!   HTTP/2 or TLS; `logs` returns the process runner's log file as it is (`tailLines` honoured; `follow`,
 //!   `previous`, `sinceSeconds` and `timestamps` are not);
 //! - events through the events.k8s.io/v1 view are filtered and watched in the core shape (see

@@ -175,14 +175,14 @@ pub fn field_value(path: &str, pod: &PodIdentity) -> Option<String> {
 
 /// Rewrites a listen address of the pod network to loopback with a free port: in a cluster each pod has
 /// its own network namespace, so every replica may listen on `0.0.0.0:9090`; local processes share one,
-/// and the tests must stay on 127.0.0.1. Only whole `0.0.0.0:PORT` values (or `--flag=0.0.0.0:PORT`)
-/// change.
+/// and the tests must stay on 127.0.0.1. Only whole `0.0.0.0:PORT` or `[::]:PORT` values (or
+/// `--flag=...` with one) change.
 pub fn rewrite_listen_addr(s: &str) -> String {
     let (prefix, value) = match s.rsplit_once('=') {
         Some((flag, value)) if flag.starts_with("--") => (format!("{flag}="), value),
         _ => (String::new(), s),
     };
-    match value.strip_prefix("0.0.0.0:") {
+    match value.strip_prefix("0.0.0.0:").or_else(|| value.strip_prefix("[::]:")) {
         Some(port) if port.parse::<u16>().is_ok() => format!("{prefix}127.0.0.1:0"),
         _ => s.to_owned(),
     }
@@ -286,6 +286,7 @@ mod tests {
     fn pod_network_listen_addresses_become_loopback_with_a_free_port() {
         assert_eq!(rewrite_listen_addr("0.0.0.0:9090"), "127.0.0.1:0");
         assert_eq!(rewrite_listen_addr("--admin-addr=0.0.0.0:9090"), "--admin-addr=127.0.0.1:0");
+        assert_eq!(rewrite_listen_addr("[::]:9090"), "127.0.0.1:0");
         assert_eq!(rewrite_listen_addr("10.0.0.1:9090"), "10.0.0.1:9090");
         assert_eq!(rewrite_listen_addr("0.0.0.0:http"), "0.0.0.0:http");
         assert_eq!(rewrite_listen_addr("--source"), "--source");

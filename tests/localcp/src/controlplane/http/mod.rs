@@ -10,6 +10,7 @@ pub mod discovery;
 mod jsonpath;
 pub mod openapi;
 pub mod path;
+mod protobuf;
 mod table;
 mod watch;
 
@@ -154,11 +155,17 @@ fn route(
     body: &[u8],
 ) -> Result<Reply, ApiError> {
     let not_found = || ApiError::not_found("path", path);
-    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
-        && (ct.contains("protobuf") || ct.contains("cbor"))
-    {
-        return Err(ApiError::unsupported_media_type(ct));
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if content_type.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(content_type));
     }
+    let decoded;
+    let body = if content_type.contains("protobuf") {
+        decoded = protobuf::to_json(body)?;
+        decoded.as_slice()
+    } else {
+        body
+    };
     match path::parse(path) {
         Route::Version => ok(discovery::version()),
         Route::OpenApiV3 => ok(openapi::v3_index(&shared.store())),
