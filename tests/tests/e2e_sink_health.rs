@@ -73,7 +73,7 @@ impl Fault {
         }
     }
 
-    fn replicas(self) -> usize {
+    fn replicas(self) -> i32 {
         match self {
             Fault::SinkOutage => 3,
             _ => 1,
@@ -320,7 +320,7 @@ spec:
         let warnings = sink_warnings(system.state_dir(), name);
         let warn_secs = fault.elapsed().as_secs();
         // Each reader limits its own lines.
-        let bound = (2 + warn_secs as usize / 10) * self.fault.replicas();
+        let bound = (2 + warn_secs as usize / 10) * self.fault.replicas() as usize;
         ensure!(!warnings.is_empty(), "{name}: no WARN line; logs under {}", system.state_dir().display());
         ensure!(
             warnings.values().all(|n| *n <= bound),
