@@ -113,13 +113,18 @@ async fn run(endpoint: &str, outage: Outage, seconds: u64) -> Result<Run> {
     let queue = TestQueue::create_with(&sqs, "outage", false, &options).await?;
     queue.send_batch(MESSAGES).await?;
 
-    // The port the sink will answer on; what listens there meanwhile depends on the outage.
-    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = probe.local_addr()?.port();
+    // The port the sink will answer on, held by a socket that is bound but not listening: a
+    // connection to it is refused, and no other process on the machine can take the port.
+    let reserved = tokio::net::TcpSocket::new_v4()?;
+    reserved.bind("127.0.0.1:0".parse()?)?;
+    let port = reserved.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
-    drop(probe);
+    let mut reserved = Some(reserved);
     let stop_silent = CancellationToken::new();
     let mut sink = None;
+    if !matches!(outage, Outage::Refused) {
+        drop(reserved.take());
+    }
     match outage {
         Outage::Refused => {}
         Outage::Unavailable => {
@@ -161,6 +166,7 @@ async fn run(endpoint: &str, outage: Outage, seconds: u64) -> Result<Run> {
         }
         _ => {
             stop_silent.cancel();
+            drop(reserved.take());
             until(Duration::from_secs(10), Duration::from_millis(100), || async {
                 Ok(match SinkServer::start(&addr).await {
                     Ok(server) => Check::Met(server),
