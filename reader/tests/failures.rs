@@ -1,6 +1,9 @@
-//! The reader binary against LocalStack under faults that last: a message whose delivery fails is
-//! released with a visibility delay that grows with its receive count (1 s, 2 s, 4 s, ... capped),
-//! so within 30 s each message is received at most 5 times, and nothing is lost.
+//! The reader binary against LocalStack under faults that last. A message the sink rejects with no
+//! dead-letter sink to take it is released with a visibility delay that grows with its receive
+//! count (1 s, 2 s, 4 s, ... capped), so within 30 s each message is received at most 5 times. A
+//! fault that is the sink's (a missing dead-letter queue, a missing bucket) holds the message
+//! instead: it is received once and retried in the reader, well within the same bound. Nothing is
+//! lost either way.
 //!
 //! Each test makes its own queues; without LocalStack they print SKIPPED and pass (see
 //! `support::sqs`).

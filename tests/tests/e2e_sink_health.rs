@@ -1,9 +1,12 @@
 //! End to end, as separate processes (LocalStack, the local control plane with its process runner,
-//! the operator, one reader process per source): the three lasting faults a user meets, each on its
+//! the operator, one reader process per source): the lasting faults a user meets, each on its
 //! own source in one system, held for 30 s and then removed:
 //! - a sink bucket that does not exist,
 //! - a dead-letter queue that does not exist while the sink refuses every message as poison,
-//! - an HTTP sink that refuses every message (400) and no dead-letter sink.
+//! - an HTTP sink that refuses every message (400) and no dead-letter sink,
+//! - an HTTP sink that answers 503 to everything (an outage), read by 3 readers from a queue whose
+//!   RedrivePolicy dead-letters after 3 receives: the readers hold the messages and their sink's
+//!   circuit opens, so nothing reaches that dead-letter queue and every message arrives after.
 //!
 //! For each: the reader's `/readyz` turns 503 (at once when a target is missing: its start check
 //! finds it; else `spec.delivery.unreadyAfterSeconds`, 5 s here, after the first failure) and the
@@ -24,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
 use sluice_crds::SqsSource;
-use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, s3_client, sqs_client};
+use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::system::System;
 
@@ -49,6 +52,7 @@ enum Fault {
     MissingBucket,
     MissingDeadLetterQueue,
     RejectingSink,
+    SinkOutage,
 }
 
 impl Fault {
@@ -57,9 +61,29 @@ impl Fault {
             Fault::MissingBucket => "nobucket",
             Fault::MissingDeadLetterQueue => "nodlq",
             Fault::RejectingSink => "reject",
+            Fault::SinkOutage => "outage",
+        }
+    }
+
+    /// Messages sent: a few, or for the outage enough to spread over its readers.
+    fn messages(self) -> usize {
+        match self {
+            Fault::SinkOutage => OUTAGE_MESSAGES,
+            _ => MESSAGES,
+        }
+    }
+
+    fn replicas(self) -> i32 {
+        match self {
+            Fault::SinkOutage => 3,
+            _ => 1,
         }
     }
 }
+
+/// Messages of the outage case, and the receives after which its queue dead-letters a message.
+const OUTAGE_MESSAGES: usize = 100;
+const MAX_RECEIVE_COUNT: u32 = 3;
 
 /// One source under one fault, with what it delivers to.
 struct Case {
@@ -67,7 +91,8 @@ struct Case {
     endpoint: String,
     queue: TestQueue,
     bucket: String,
-    /// The dead-letter queue's name and URL (it exists only once the fault is removed).
+    /// The dead-letter queue's name and URL (it exists only once the fault is removed; for the
+    /// outage, the queue's RedrivePolicy target, there all along).
     dead_letter: (String, String),
     sink: SinkServer,
 }
@@ -88,16 +113,23 @@ struct Figures {
 impl Case {
     async fn create(fault: Fault, endpoint: &str) -> Result<Self> {
         let sqs = sqs_client(endpoint);
-        let options = QueueOptions { visibility_timeout: Some(30), ..QueueOptions::default() };
-        let queue =
-            TestQueue::create_with(&sqs, &format!("e2e-health-{}", fault.source()), false, &options).await?;
+        let mut options = QueueOptions { visibility_timeout: Some(30), ..QueueOptions::default() };
         let dead = TestQueue::create_with(&sqs, "e2e-health-dlq", false, &options).await?;
         let dead_letter = (dead.name.clone(), dead.url.clone());
-        dead.delete().await?;
+        if fault == Fault::SinkOutage {
+            let arn = dead.arn().await?;
+            options.redrive = Some(Redrive { dead_letter_arn: arn, max_receive_count: MAX_RECEIVE_COUNT });
+            options.visibility_timeout = Some(10);
+        } else {
+            dead.delete().await?;
+        }
+        let queue =
+            TestQueue::create_with(&sqs, &format!("e2e-health-{}", fault.source()), false, &options).await?;
         let sink = SinkServer::start("127.0.0.1:0").await?;
         match fault {
             Fault::MissingDeadLetterQueue => sink.refuse(StatusCode::BAD_REQUEST, POISON_MARKER),
             Fault::RejectingSink => sink.refuse(StatusCode::BAD_REQUEST, ""),
+            Fault::SinkOutage => sink.refuse(StatusCode::SERVICE_UNAVAILABLE, ""),
             Fault::MissingBucket => {}
         }
         let bucket = format!("e2e-health-{}", fastrand::u64(..));
@@ -121,7 +153,7 @@ impl Case {
                 "{http}  deadLetterSink:\n    name: dlq\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
                 self.dead_letter.1
             ),
-            Fault::RejectingSink => http,
+            Fault::RejectingSink | Fault::SinkOutage => http,
         };
         format!(
             r#"apiVersion: sluice.dev/v1alpha1
@@ -141,13 +173,14 @@ spec:
     retry:
       maxAttempts: 1
   scaling:
-    minReplicas: 1
-    maxReplicas: 1
+    minReplicas: {replicas}
+    maxReplicas: {replicas}
   reader:
     logLevel: info
 "#,
             name = self.fault.source(),
             url = self.queue.url,
+            replicas = self.fault.replicas(),
         )
     }
 
@@ -180,7 +213,7 @@ spec:
                     .await
                     .context("SendMessage")?;
             }
-            Fault::RejectingSink => self.sink.accept_all(),
+            Fault::RejectingSink | Fault::SinkOutage => self.sink.accept_all(),
         }
         Ok(())
     }
@@ -212,6 +245,18 @@ spec:
                 let stats = self.sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(30)).await?;
                 format!("{} distinct messages at the sink after {} refusals", stats.distinct, stats.refused)
             }
+            Fault::SinkOutage => {
+                let want = OUTAGE_MESSAGES as u64;
+                let stats = self.sink.wait_for_distinct(want, Duration::from_secs(30)).await?;
+                let dead = TestQueue::open(&sqs_client(&self.endpoint), &self.dead_letter.1);
+                let dead_lettered = dead.drain_count().await?;
+                dead.delete().await?;
+                ensure!(dead_lettered == 0, "{dead_lettered} messages reached the queue's dead-letter queue");
+                format!(
+                    "{} of {want} distinct messages at the sink after {} refusals (503), {dead_lettered} in the dead-letter queue",
+                    stats.distinct, stats.refused
+                )
+            }
         })
     }
 
@@ -219,14 +264,15 @@ spec:
     async fn run(&self, system: &System) -> Result<Figures> {
         let name = self.fault.source();
         system.apply_source(&self.yaml()).await?;
-        system.wait_ready_readers(name, 1, Duration::from_secs(60)).await?;
-        if self.fault == Fault::RejectingSink {
+        system.wait_ready_readers(name, self.fault.replicas(), Duration::from_secs(60)).await?;
+        if matches!(self.fault, Fault::RejectingSink | Fault::SinkOutage) {
             wait_ready(system, name, true, Duration::from_secs(60)).await?;
         } else {
             // A missing target turns the reader unready at its start check, before any message.
             wait_ready(system, name, false, Duration::from_secs(60)).await?;
         }
-        self.queue.send_batch(MESSAGES).await?;
+        let messages = self.fault.messages();
+        self.queue.send_batch(messages).await?;
         let fault = Instant::now();
 
         let (to_unready, unhealthy) = tokio::try_join!(
@@ -250,11 +296,15 @@ spec:
         tokio::time::sleep(FAULT.saturating_sub(fault.elapsed())).await;
         let received = reader_metric(system, name, "sluice_reader_received_messages_total").await?;
         let window = fault.elapsed();
-        let receives_per_message = received / MESSAGES as f64;
-        let receive_bound = receives_within(window);
+        let receives_per_message = received / messages as f64;
+        let receive_bound = match self.fault {
+            // Held, not released: each message is received once.
+            Fault::SinkOutage | Fault::MissingBucket | Fault::MissingDeadLetterQueue => 1.0,
+            Fault::RejectingSink => receives_within(window),
+        };
         ensure!(
-            received <= MESSAGES as f64 * receive_bound,
-            "{name}: {received} receives of {MESSAGES} messages in {window:?} (bound {receive_bound} each); logs under {}",
+            received <= messages as f64 * receive_bound,
+            "{name}: {received} receives of {messages} messages in {window:?} (bound {receive_bound} each); logs under {}",
             system.state_dir().display()
         );
 
@@ -269,7 +319,8 @@ spec:
         wait_event(system, name, ("Normal", "SinksHealthy")).await?;
         let warnings = sink_warnings(system.state_dir(), name);
         let warn_secs = fault.elapsed().as_secs();
-        let bound = 2 + warn_secs as usize / 10;
+        // Each reader limits its own lines.
+        let bound = (2 + warn_secs as usize / 10) * self.fault.replicas() as usize;
         ensure!(!warnings.is_empty(), "{name}: no WARN line; logs under {}", system.state_dir().display());
         ensure!(
             warnings.values().all(|n| *n <= bound),
@@ -459,7 +510,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 async fn a_missing_bucket_a_missing_dead_letter_queue_and_a_refusing_sink_turn_health_false_then_true()
 -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
-    let faults = [Fault::MissingBucket, Fault::MissingDeadLetterQueue, Fault::RejectingSink];
+    let faults =
+        [Fault::MissingBucket, Fault::MissingDeadLetterQueue, Fault::RejectingSink, Fault::SinkOutage];
     let mut cases = Vec::new();
     for fault in faults {
         cases.push(Case::create(fault, &endpoint).await?);

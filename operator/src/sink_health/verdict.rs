@@ -33,6 +33,10 @@ pub struct SinkReport {
     pub last_error: Option<String>,
     #[serde(default)]
     pub stalled: bool,
+    /// The reader's circuit breaker for the sink: `closed`, `open` (receiving paused, messages
+    /// held) or `half_open` (one held message probes the sink); absent from older readers.
+    #[serde(default)]
+    pub circuit: Option<String>,
 }
 
 /// The condition's status, reason and message.
@@ -60,6 +64,8 @@ pub fn fresh_reports<'a>(
 #[derive(Default)]
 struct Across {
     stalled_readers: usize,
+    /// Readers whose circuit for the sink is open or half-open (receiving paused).
+    paused_readers: usize,
     readers: usize,
     failures: u64,
     last_error: Option<String>,
@@ -82,6 +88,9 @@ pub fn verdict(spec: &SqsSourceSpec, reports: &[Report]) -> SinksVerdict {
             across.readers += 1;
             across.failures += sink.failures_since;
             across.last_success_ms = across.last_success_ms.max(sink.last_success_ms);
+            if sink.circuit.as_deref().is_some_and(|c| c != "closed") {
+                across.paused_readers += 1;
+            }
             if sink.stalled {
                 across.stalled_readers += 1;
                 across.last_error = sink.last_error.clone().or(across.last_error.take());
@@ -139,8 +148,12 @@ fn describe(sink: &str, a: &Across) -> String {
             None => "no success yet".to_owned(),
         };
     let error = a.last_error.as_deref().unwrap_or("no error text");
+    let paused = match a.paused_readers {
+        0 => String::new(),
+        n => format!(", circuit open on {n} (receiving paused, messages held)"),
+    };
     format!(
-        "{sink} fails on {} of {} reader(s), {} failures since their last success ({success}); last error: {error}",
+        "{sink} fails on {} of {} reader(s){paused}, {} failures since their last success ({success}); last error: {error}",
         a.stalled_readers, a.readers, a.failures
     )
 }
@@ -188,6 +201,25 @@ mod tests {
             "sink web (spec.sinks[0], url https://hooks.example/in) fails on 1 of 2 reader(s), 42 failures since their last success (last success 1970-01-01T00:00:00Z); last error: HTTP 503 from https://hooks.example/in; "
         ), "{}", v.message);
         assert!(!v.message.contains('\n') && !v.message.contains("Some("));
+    }
+
+    #[test]
+    fn an_open_circuit_is_named_in_the_message() {
+        let now = 1_000_000;
+        let open = r#"{"web":{"lastSuccessMs":null,"failuresSince":5,"lastError":"HTTP 503","stalled":true,"circuit":"open"}}"#;
+        let probing =
+            r#"{"web":{"lastSuccessMs":null,"failuresSince":6,"stalled":true,"circuit":"half_open"}}"#;
+        let closed = r#"{"web":{"lastSuccessMs":3,"failuresSince":0,"stalled":false,"circuit":"closed"}}"#;
+        let leases = [lease(now, open), lease(now, probing), lease(now, closed)];
+        let v = verdict(&spec(), &fresh_reports(&leases, now));
+        assert_eq!((v.status, v.reason), ("False", "SinkFailing"));
+        assert!(
+            v.message.contains(
+                "fails on 2 of 3 reader(s), circuit open on 2 (receiving paused, messages held), 11 failures"
+            ),
+            "{}",
+            v.message
+        );
     }
 
     #[test]

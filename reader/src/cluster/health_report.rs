@@ -18,7 +18,8 @@
 //! the time of writing).
 //!
 //! The value, JSON: `{"reportedAtMs": 1700000000000, "sinks": {"<sink>": {"lastSuccessMs": ...,
-//! "failuresSince": 3, "lastError": "...", "stalled": true}}}`.
+//! "failuresSince": 3, "lastError": "...", "stalled": true, "circuit": "open"}}}` (`circuit`:
+//! `closed`, `open` or `half_open`; an open circuit is also `stalled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -178,13 +179,14 @@ mod tests {
                 failures_since: 2,
                 last_error: Some("HTTP 503".into()),
                 stalled: true,
+                circuit: "open",
             },
         )]);
         let (key, value) = encode(&sinks, 7);
         assert_eq!(key, "sinkHealth");
         assert_eq!(
             value,
-            r#"{"reportedAtMs":7,"sinks":{"web":{"lastSuccessMs":null,"failuresSince":2,"lastError":"HTTP 503","stalled":true}}}"#
+            r#"{"reportedAtMs":7,"sinks":{"web":{"lastSuccessMs":null,"failuresSince":2,"lastError":"HTTP 503","stalled":true,"circuit":"open"}}}"#
         );
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Why verdicts and not outcomes: a message may go to several sinks (routes fan out), and a
 //! rejected one may still be settled by the dead-letter sink, so what the ledger needs is the
-//! combined answer: delete it, release it, or stop the reader (failOnError). Standard queues are
+//! combined answer: delete it, hold it (a sink's fault: keep it and try again), release it (its
+//! own fault and nowhere to put it), or stop the reader (failOnError). Standard queues are
 //! delivered as one batch per sink (the sink runs its own concurrency); FIFO queues one message
 //! at a time per group, groups side by side (see `fifo`).
 
@@ -20,15 +21,19 @@ use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::dead_letter::leaves_context_out;
-use crate::sink::health;
-use crate::sink::{Outcome, Sinks};
+use crate::sink::{Outcome, Sinks, circuit, health};
 
 /// What the ledger does with one message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Delivered (or dead-lettered): delete it (or hold it for its epoch).
     Delete,
-    /// Not delivered: make it visible again.
+    /// Not delivered for a sink's fault (`sink::fault::Fault::Sink`): keep it invisible in the
+    /// reader and deliver it again when the sink's circuit lets it (`settle::pipeline`). It never
+    /// costs the message a receive.
+    Hold,
+    /// Not delivered for its own fault with no dead-letter sink to take it (or a drop): make it
+    /// visible again, with a delay that grows with its receive count.
     Release,
     /// Rejected under failOnError: release it and stop the reader.
     Stop { reason: String },
@@ -42,17 +47,20 @@ pub struct Item {
 }
 
 /// The sinks' answers for one record, combined. A rejection wins (retrying cannot help, so the
-/// record is poison whatever the other sinks said); then a failure (release, try again later);
-/// delivered only when every sink that takes the record delivered it. A record no sink takes is
-/// delivered to nothing and counts as delivered.
+/// record is poison whatever the other sinks said); then a redelivery (only a new receive can
+/// help); then a failure (hold, try again later); delivered only when every sink that takes the
+/// record delivered it. A record no sink takes is delivered to nothing and counts as delivered.
 pub fn combine<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Outcome {
+    let rank = |o: &Outcome| match o {
+        Outcome::Delivered => 0,
+        Outcome::Failed { .. } => 1,
+        Outcome::Redeliver { .. } => 2,
+        Outcome::Rejected { .. } => 3,
+    };
     let mut combined = Outcome::Delivered;
     for outcome in outcomes {
-        match (outcome, &combined) {
-            (Outcome::Rejected { .. }, Outcome::Rejected { .. }) => {}
-            (Outcome::Rejected { .. }, _) => combined = outcome.clone(),
-            (Outcome::Failed { .. }, Outcome::Delivered) => combined = outcome.clone(),
-            _ => {}
+        if rank(outcome) > rank(&combined) {
+            combined = outcome.clone();
         }
     }
     combined
@@ -79,6 +87,14 @@ impl Dispatcher {
 
     pub fn sinks(&self) -> &Sinks {
         &self.sinks
+    }
+
+    /// The names of the sinks `items` go to (their circuits decide when a held delivery goes).
+    pub fn target_names<'a>(&self, items: impl IntoIterator<Item = &'a Item>) -> Vec<String> {
+        let mut targets: Vec<usize> = items.into_iter().flat_map(|i| self.sinks.targets(&i.record)).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        targets.into_iter().map(|s| self.sinks.sinks[s].sink.name().to_owned()).collect()
     }
 
     /// One verdict per item, in the same order, once every item is settled.
@@ -162,10 +178,18 @@ impl Dispatcher {
             )
         }))
         .await;
-        // Indexes held back behind an unfinished message keep the default, `Release`.
-        for (answers, _held_back) in results {
+        // Indexes held back behind an unfinished message share its fate: held with it when a sink
+        // is at fault (retried together, in order), else released with it (they come back in
+        // order after it).
+        for (answers, held_back) in results {
+            let blocked = answers.last().map(|(_, v)| v.clone());
             for (i, verdict) in answers {
                 verdicts[i] = verdict;
+            }
+            if blocked == Some(Verdict::Hold) {
+                for i in held_back {
+                    verdicts[i] = Verdict::Hold;
+                }
             }
         }
         verdicts
@@ -210,14 +234,21 @@ impl Dispatcher {
                         delivered += 1;
                         self.metrics.delivered_record(name, &items[i].record, acked_ms);
                         health::delivered(name);
+                        circuit::succeeded(name, &self.metrics);
                     }
                     Outcome::Rejected { reason } => {
+                        // The sink answered (the record is at fault): it is up.
+                        circuit::succeeded(name, &self.metrics);
                         refusals[i].push((name, reason.clone()));
                         self.metrics.sink_error(name, "rejected");
                         warnings::delivery_failed(name, "rejected", reason);
                     }
+                    Outcome::Redeliver { reason } => {
+                        tracing::debug!(message_id = %items[i].record.message_id, %reason, "to be received again");
+                    }
                     Outcome::Failed { reason } => {
                         health::failed(name, reason);
+                        circuit::failed(name, reason, &self.metrics);
                         self.metrics.sink_error(name, "failed");
                         warnings::delivery_failed(name, "failed", reason);
                     }
@@ -269,9 +300,10 @@ impl Dispatcher {
             match combine(outcome) {
                 Outcome::Delivered => verdicts.push(Verdict::Delete),
                 Outcome::Failed { reason } => {
-                    tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed; releasing");
-                    verdicts.push(Verdict::Release);
+                    tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed for the sink's fault; holding");
+                    verdicts.push(Verdict::Hold);
                 }
+                Outcome::Redeliver { .. } => verdicts.push(Verdict::Release),
                 Outcome::Rejected { reason } => {
                     rejected.push((i, reason));
                     verdicts.push(Verdict::Release);
@@ -295,7 +327,8 @@ impl Dispatcher {
     }
 
     /// Poison records: stop (failOnError), the dead-letter sink, or back to the queue when there is
-    /// no dead-letter sink (the queue's own redrive policy then decides).
+    /// no dead-letter sink (the queue's own redrive policy then decides). A dead-letter sink that
+    /// fails is a sink's fault: the record is held and tried again.
     async fn settle_rejected(&self, items: &[Item], rejected: Vec<(usize, String)>) -> Vec<(usize, Verdict)> {
         if rejected.is_empty() {
             return Vec::new();
@@ -333,15 +366,19 @@ impl Dispatcher {
                 other => {
                     let sink = dead_letter.sink().name();
                     let reason = match other {
-                        Some(Outcome::Failed { reason } | Outcome::Rejected { reason }) => reason.clone(),
+                        Some(
+                            Outcome::Failed { reason }
+                            | Outcome::Rejected { reason }
+                            | Outcome::Redeliver { reason },
+                        ) => reason.clone(),
                         _ => format!("dead-letter sink {sink} gave no answer for the record"),
                     };
                     tracing::debug!(message_id = %items[*i].record.message_id, %reason,
-                        "dead-letter sink did not take the record; releasing");
+                        "dead-letter sink did not take the record; holding");
                     health::failed(sink, &reason);
                     warnings::delivery_failed(sink, "dead_letter_failed", &reason);
                     self.metrics.error("dead_letter", "failed");
-                    (*i, Verdict::Release)
+                    (*i, Verdict::Hold)
                 }
             })
             .collect()

@@ -86,11 +86,11 @@ fn rejection_beats_failure_beats_delivery() {
 }
 
 #[tokio::test]
-async fn without_a_dead_letter_sink_rejected_records_go_back() {
+async fn without_a_dead_letter_sink_rejected_records_go_back_and_failed_ones_are_held() {
     let sink = Scripted::new("web");
     let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
     let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, false).await;
-    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Release, Verdict::Release, Verdict::Release]);
+    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Hold, Verdict::Release, Verdict::Release]);
     assert_eq!(sink.seen(), vec!["a", "b", "c"], "poison never reaches a sink");
 }
 
@@ -99,7 +99,7 @@ async fn the_dead_letter_sink_settles_rejected_and_poison_records() {
     let (sink, dlq) = (Scripted::new("web"), Scripted::taking_all("dlq"));
     let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
     let verdicts = dispatcher(sink, Some(dlq.clone()), false).dispatch(&items, false).await;
-    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Release, Verdict::Delete, Verdict::Delete]);
+    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Hold, Verdict::Delete, Verdict::Delete]);
     // Poison is settled on its own, so it may reach the dead-letter sink first.
     let mut seen = dlq.seen();
     seen.sort();
@@ -107,11 +107,11 @@ async fn the_dead_letter_sink_settles_rejected_and_poison_records() {
 }
 
 #[tokio::test]
-async fn a_dead_letter_sink_that_fails_leaves_the_record_in_the_queue() {
+async fn a_dead_letter_sink_that_fails_leaves_the_record_held() {
     let (sink, dlq) = (Scripted::new("web"), Scripted::new("dlq"));
     // The dead-letter copy keeps the body, so the scripted dead-letter sink rejects it too.
     let verdicts = dispatcher(sink, Some(dlq), false).dispatch(&[item("c", "reject", None)], false).await;
-    assert_eq!(verdicts, vec![Verdict::Release]);
+    assert_eq!(verdicts, vec![Verdict::Hold]);
 }
 
 /// A sink refusing a poison record that the dead-letter sink takes is not failing (a quiet queue
@@ -145,7 +145,7 @@ async fn fail_on_error_stops_instead_of_dead_lettering() {
 }
 
 #[tokio::test]
-async fn fifo_releases_the_rest_of_a_group_after_a_failure_and_runs_groups_apart() {
+async fn fifo_holds_the_rest_of_a_group_with_a_failure_and_runs_groups_apart() {
     let sink = Scripted::new("web");
     let items = [
         item("a1", "ok", Some("a")),
@@ -157,10 +157,10 @@ async fn fifo_releases_the_rest_of_a_group_after_a_failure_and_runs_groups_apart
     let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, true).await;
     assert_eq!(
         verdicts,
-        vec![Verdict::Delete, Verdict::Delete, Verdict::Release, Verdict::Delete, Verdict::Release]
+        vec![Verdict::Delete, Verdict::Delete, Verdict::Hold, Verdict::Delete, Verdict::Hold]
     );
     let seen = sink.seen();
-    assert!(!seen.contains(&"a3".to_string()), "a3 must not overtake the redelivery of a2: {seen:?}");
+    assert!(!seen.contains(&"a3".to_string()), "a3 must not overtake the next delivery of a2: {seen:?}");
     let pos = |id: &str| seen.iter().position(|s| s == id).unwrap();
     assert!(pos("a1") < pos("a2") && pos("b1") < pos("b2"), "{seen:?}");
 }

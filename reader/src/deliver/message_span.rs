@@ -36,6 +36,7 @@ pub fn close(spans: &[Option<Span>], k: usize, outcome: &Outcome) {
             Outcome::Delivered => "delivered",
             Outcome::Rejected { .. } => "rejected",
             Outcome::Failed { .. } => "failed",
+            Outcome::Redeliver { .. } => "redeliver",
         };
         span.record("outcome", name);
     }

@@ -21,7 +21,7 @@ use super::{Driver, Work};
 use crate::process::metrics::Metrics;
 use crate::settle::Pipeline;
 use crate::settle::ledger::{Tag, Ticket};
-use crate::sink::{EpochStep, SinkError};
+use crate::sink::{EpochStep, EpochSupport, SinkError, circuit};
 
 /// The ledger tag of an epoch key.
 pub fn tag_of(key: &EpochKey) -> Tag {
@@ -62,13 +62,18 @@ impl EpochWorker {
                 let wanted = || key.incarnation == self.driver.incarnation();
                 let failed = sink_failed(self.pipeline.metrics(), &key);
                 if self.pipeline.sinks().pre_commit(&key, stop, wanted, failed).await {
+                    self.steps_succeeded();
                     tracing::debug!(epoch = key.epoch, took = ?started.elapsed(), "epoch pre-committed");
                     self.driver.pre_committed(&key);
                 }
             }
             Work::Commit(key) => {
                 let failed = sink_failed(self.pipeline.metrics(), &key);
-                if self.pipeline.sinks().commit(&key, stop, failed).await && self.is_own(&key) {
+                let committed = self.pipeline.sinks().commit(&key, stop, failed).await;
+                if committed {
+                    self.steps_succeeded();
+                }
+                if committed && self.is_own(&key) {
                     self.driver.sink_committed(&key);
                 }
             }
@@ -115,15 +120,31 @@ impl EpochWorker {
         self.driver.deleted(key, &confirmed);
     }
 
+    /// Every transactional sink took an epoch step: their circuits close (a pre-commit or commit
+    /// that failed opened them, and paused receiving, while the epoch's messages stayed held).
+    fn steps_succeeded(&self) {
+        for sink in self.pipeline.sinks().every() {
+            if sink.epoch_support() == EpochSupport::Transactional {
+                circuit::succeeded(sink.name(), self.pipeline.metrics());
+            }
+        }
+    }
+
     fn is_own(&self, key: &EpochKey) -> bool {
         key.pod == self.driver.backend().pod() && key.incarnation == self.driver.incarnation()
     }
 }
 
-/// What a failed sink step does: a WARN line and the `checkpoint` error counter.
+/// What a failed sink step does: a WARN line, the `checkpoint` error counter, and a failure of
+/// the sink's circuit (a pre-commit or commit that cannot be made is the sink's fault: receiving
+/// pauses while the epoch's messages stay held and the step is retried). An abort's failure only
+/// leaves staged output behind, so it does not count.
 pub fn sink_failed<'a>(metrics: &'a Metrics, key: &'a EpochKey) -> impl Fn(EpochStep, &SinkError) + 'a {
     move |step, error| {
         tracing::warn!(pod = %key.pod, epoch = key.epoch, %error, "sink {} failed; retrying", step.name());
         metrics.error("checkpoint", step.name());
+        if step != EpochStep::Abort {
+            circuit::failed(&error.sink, &error.message, metrics);
+        }
     }
 }

@@ -31,6 +31,7 @@ use crate::record::Record;
 use crate::settle::held::{Claim, Held};
 use crate::settle::ledger::Ticket;
 use crate::settle::{Arrival, Pipeline};
+use crate::sink::circuit;
 
 /// How often a poller looks again whether the gate lets it receive.
 const GATE_WAIT: Duration = Duration::from_millis(100);
@@ -247,10 +248,16 @@ impl Poller {
     }
 
     /// Wait while the gate says not to receive (under exactlyOnce: joining, fenced, lease lost,
-    /// or as many ids pending as a lease may record). `false`: stopped meanwhile.
+    /// or as many ids pending as a lease may record), or while the circuit of any sink the
+    /// source's messages go to is open (`sink::circuit`). Any, not only the sink of the next
+    /// message: SQS cannot receive selectively, and what a receive brings for an open sink could
+    /// only be held. A long poll already out when a circuit opens lands, and its messages are
+    /// held. `false`: stopped meanwhile.
     async fn wait_for_gate(&self, stop: &Stop) -> bool {
         let gate = self.pipeline.gate();
-        while !gate.may_receive(self.receive.max_messages as usize) {
+        let sinks = &self.pipeline.sinks().sinks;
+        let paused = || circuit::blocks_receiving(sinks.iter().map(|s| s.sink.name()));
+        while !gate.may_receive(self.receive.max_messages as usize) || paused() {
             tokio::select! {
                 () = stop.stopped() => return false,
                 () = tokio::time::sleep(GATE_WAIT) => {}

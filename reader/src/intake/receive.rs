@@ -34,6 +34,7 @@ pub async fn receive_once(
     match tokio::time::timeout(limit, call).await {
         Ok(Ok(out)) => {
             queue.receives.record(started.elapsed(), out.messages().len());
+            metrics.receive_call(&queue.url);
             Ok(out)
         }
         Ok(Err(e)) => {

@@ -56,6 +56,12 @@ struct SinkErrorLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CircuitLabel {
+    sink: String,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: &'static str,
 }
@@ -76,6 +82,9 @@ pub struct Metrics {
     errors: Family<ErrorLabel, Counter>,
     sink_errors: Family<SinkErrorLabel, Counter>,
     empty_receives: Family<QueueLabel, Counter>,
+    receive_calls: Family<QueueLabel, Counter>,
+    circuit_state: Family<SinkLabel, Gauge>,
+    circuit_transitions: Family<CircuitLabel, Counter>,
     pub in_flight: Gauge,
     sink_latency: SinkHistograms,
     receive_lag: QueueHistograms,
@@ -126,6 +135,9 @@ impl Metrics {
             errors: Family::default(),
             sink_errors: Family::default(),
             empty_receives: Family::default(),
+            receive_calls: Family::default(),
+            circuit_state: Family::default(),
+            circuit_transitions: Family::default(),
             in_flight: Gauge::default(),
             sink_latency: Family::new_with_constructor(latency_histogram),
             receive_lag: Family::new_with_constructor(age_histogram),
@@ -218,6 +230,21 @@ impl Metrics {
             self.empty_receives.clone(),
         );
         registry.register(
+            "receive_calls",
+            "ReceiveMessage calls answered by SQS, per queue (with or without messages)",
+            self.receive_calls.clone(),
+        );
+        registry.register(
+            "sink_circuit_state",
+            "Each sink's circuit breaker: 0 closed, 1 open (receiving paused, held messages wait), 2 half-open (one probe out)",
+            self.circuit_state.clone(),
+        );
+        registry.register(
+            "sink_circuit_transitions",
+            "Changes of a sink's circuit breaker, by the state it went to",
+            self.circuit_transitions.clone(),
+        );
+        registry.register(
             "in_flight_messages",
             "Messages received and not yet deleted or released",
             self.in_flight.clone(),
@@ -305,6 +332,17 @@ impl Metrics {
         self.oldest_age.get_or_create(&label).set(0.0);
     }
 
+    /// One answered ReceiveMessage call on `queue_url`.
+    pub fn receive_call(&self, queue_url: &str) {
+        self.receive_calls.get_or_create(&QueueLabel::of(queue_url)).inc();
+    }
+
+    /// `sink`'s circuit went to `to` (`gauge`: its `sink_circuit_state` value).
+    pub fn sink_circuit(&self, sink: &str, gauge: i64, to: &'static str) {
+        self.circuit_state.get_or_create(&SinkLabel { sink: sink.to_owned() }).set(gauge);
+        self.circuit_transitions.get_or_create(&CircuitLabel { sink: sink.to_owned(), to }).inc();
+    }
+
     /// A record `sink` failed or rejected (`kind`), counted per sink and among the errors.
     pub fn sink_error(&self, sink: &str, kind: &'static str) {
         self.error("deliver", kind);
@@ -318,6 +356,7 @@ impl Metrics {
         drop(self.received.get_or_create(&label));
         drop(self.received_bytes.get_or_create(&label));
         drop(self.empty_receives.get_or_create(&label));
+        drop(self.receive_calls.get_or_create(&label));
         drop(self.dead_lettered.get_or_create(&label));
         drop(self.oldest_age.get_or_create(&label));
         drop(self.receive_lag.get_or_create(&label));
@@ -360,6 +399,7 @@ impl Metrics {
         drop(self.delivered_bytes.get_or_create(&label));
         drop(self.retries.get_or_create(&label));
         drop(self.sink_latency.get_or_create(&label));
+        drop(self.circuit_state.get_or_create(&label));
         for kind in ["failed", "rejected"] {
             drop(self.sink_errors.get_or_create(&SinkErrorLabel { sink: name.to_owned(), kind }));
             drop(self.errors.get_or_create(&ErrorLabel { stage: "deliver", error_type: kind.to_owned() }));

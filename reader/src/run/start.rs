@@ -263,6 +263,9 @@ fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
             if stalled != was_stalled {
                 if super::targets::missing() {
                     // `targets` said which one, and says when it is found.
+                } else if stalled && sink::circuit::any_open() {
+                    // `sink::circuit` said which sink, and says when it closes.
+                    tracing::warn!("a sink's circuit is open: not ready");
                 } else if stalled {
                     tracing::warn!(
                         seconds = after.as_secs(),

@@ -21,10 +21,28 @@ use super::gate::Gate;
 use super::held::Claim;
 use super::ledger::{Ledger, Tag, Ticket};
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
+use crate::process::backoff::backoff;
 use crate::process::error::Error;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::sink::Sinks;
+use crate::sink::circuit::{self, Turn};
+
+/// The first wait before a held message is delivered again, doubling (jittered) to the longest.
+const FIRST_HOLD_RETRY: Duration = Duration::from_secs(1);
+const LONGEST_HOLD_RETRY: Duration = Duration::from_secs(30);
+/// How long a message may be held since its receive before it is handed back: SQS refuses to
+/// keep a message invisible past 12 h from its receive, so the reader gives it back while it can
+/// still choose when (with a 30 min margin for the extensions and the hand-back itself).
+pub const HOLD_LIMIT: Duration = Duration::from_secs(11 * 3600 + 30 * 60);
+
+/// How one delivery round of a batch ended.
+enum Round {
+    /// Done; these indexes are held for a sink's fault.
+    Held(Vec<usize>),
+    /// The drain's deadline passed: dropped.
+    Aborted,
+}
 
 pub struct Pipeline {
     dispatcher: Dispatcher,
@@ -113,38 +131,115 @@ impl Pipeline {
     /// Deliver `items` in a task of its own, so the poller can poll again meanwhile. Each message
     /// is settled (deleted or released, its room in `claim` given back) as soon as its own
     /// delivery ends, not when the slowest message of its receive batch does: a crash then
-    /// redelivers only what was really still in work. A panicking sink must not strand its messages in the ledger (the
-    /// heartbeat would keep them invisible until the reader exits): they are released instead.
+    /// redelivers only what was really still in work.
+    ///
+    /// A message whose delivery failed for a sink's fault (`Verdict::Hold`) is not settled: it
+    /// stays in the ledger (the heartbeat keeps it invisible) and in `claim` (so it counts against
+    /// what the reader holds), and is delivered again in rounds, as the sinks' circuits let it
+    /// (`sink::circuit::wait_turn`: after a backoff of 1 s doubling to 30 s, jittered; while a
+    /// circuit is open, only as its probe; at once when it closes), without limit while the
+    /// reader runs. It goes back to the queue only on a stop, or when [`HOLD_LIMIT`] since the
+    /// receive nears SQS's 12 h visibility cap.
     pub fn deliver(self: &Arc<Self>, tickets: Vec<Ticket>, items: Vec<Item>, fifo: bool, claim: Claim) {
         let pipeline = self.clone();
         self.deliveries.spawn(async move {
+            let received = Instant::now();
             let mut claim = claim;
-            let mut pending = vec![true; items.len()];
-            let settle_each = AssertUnwindSafe(async {
-                let mut settled = pipeline.dispatcher.settle_as_done(&items, fifo);
-                while let Some(part) = settled.next().await {
-                    for (i, verdict) in part {
-                        pipeline.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
-                        pending[i] = false;
-                        // Room comes back message by message, as each one is settled.
-                        claim.settle_one(items[i].record.size_bytes() as u64);
-                    }
+            let mut pending: Vec<usize> = (0..items.len()).collect();
+            let mut delays = backoff(FIRST_HOLD_RETRY, LONGEST_HOLD_RETRY);
+            let mut delay = Duration::ZERO;
+            while !pending.is_empty() {
+                let targets = pipeline.dispatcher.target_names(pending.iter().map(|&i| &items[i]));
+                let turn =
+                    circuit::wait_turn(&targets, delay, pipeline.stop.token(), &pipeline.metrics).await;
+                if turn == Turn::Stopped {
+                    pipeline.hand_back(&pending, &tickets, &items, &mut claim, Verdict::Release);
+                    return;
                 }
-            })
-            .catch_unwind();
-            let panicked = tokio::select! {
-                () = pipeline.abort.cancelled() => false,
-                result = settle_each => result.is_err(),
-            };
-            if panicked {
-                let left: Vec<usize> = (0..items.len()).filter(|&i| pending[i]).collect();
-                tracing::error!(messages = left.len(), "a sink panicked; releasing its messages");
-                pipeline.metrics.error("deliver", "panic");
-                let tickets: Vec<Ticket> = left.iter().map(|&i| tickets[i]).collect();
-                let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
-                pipeline.release(&tickets, &items);
+                let round = pipeline.round(&pending, &tickets, &items, fifo, &mut claim).await;
+                if let Turn::Probe(sinks) = &turn {
+                    circuit::probe_done(sinks);
+                }
+                pending = match round {
+                    Round::Held(held) => held,
+                    Round::Aborted => return,
+                };
+                delay = delays.next().unwrap_or(LONGEST_HOLD_RETRY);
+                if !pending.is_empty() && received.elapsed() + delay >= HOLD_LIMIT {
+                    tracing::warn!(
+                        messages = pending.len(),
+                        "held for nearly SQS's 12 h visibility cap since the receive: handing back"
+                    );
+                    pipeline.metrics.error("deliver", "held_past_visibility_cap");
+                    pipeline.hand_back(&pending, &tickets, &items, &mut claim, Verdict::Release);
+                    return;
+                }
             }
         });
+    }
+
+    /// One delivery of `pending` (indexes into `items`): settles what is settled, and answers the
+    /// indexes held for a sink's fault. A panicking sink must not strand its messages in the
+    /// ledger (the heartbeat would keep them invisible until the reader exits): they are
+    /// released instead.
+    async fn round(
+        &self,
+        pending: &[usize],
+        tickets: &[Ticket],
+        items: &[Item],
+        fifo: bool,
+        claim: &mut Claim,
+    ) -> Round {
+        let subset: Vec<Item> = pending.iter().map(|&i| items[i].clone()).collect();
+        let mut open = vec![true; subset.len()];
+        let mut held = Vec::new();
+        let settle_each = AssertUnwindSafe(async {
+            let mut settled = self.dispatcher.settle_as_done(&subset, fifo);
+            while let Some(part) = settled.next().await {
+                for (k, verdict) in part {
+                    open[k] = false;
+                    let i = pending[k];
+                    if verdict == Verdict::Hold {
+                        held.push(i);
+                        continue;
+                    }
+                    self.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
+                    // Room comes back message by message, as each one is settled.
+                    claim.settle_one(items[i].record.size_bytes() as u64);
+                }
+            }
+        })
+        .catch_unwind();
+        let panicked = tokio::select! {
+            () = self.abort.cancelled() => return Round::Aborted,
+            result = settle_each => result.is_err(),
+        };
+        if panicked {
+            let left: Vec<usize> = (0..subset.len()).filter(|&k| open[k]).map(|k| pending[k]).collect();
+            tracing::error!(messages = left.len(), "a sink panicked; releasing its messages");
+            self.metrics.error("deliver", "panic");
+            let tickets: Vec<Ticket> = left.iter().map(|&i| tickets[i]).collect();
+            let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
+            self.release(&tickets, &items);
+        }
+        held.sort_unstable();
+        Round::Held(held)
+    }
+
+    /// Settle the held `pending` with `verdict` (a release: at once when stopping, else with the
+    /// receive-count delay) and give their room back.
+    fn hand_back(
+        &self,
+        pending: &[usize],
+        tickets: &[Ticket],
+        items: &[Item],
+        claim: &mut Claim,
+        verdict: Verdict,
+    ) {
+        for &i in pending {
+            self.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
+            claim.settle_one(items[i].record.size_bytes() as u64);
+        }
     }
 
     /// Wait for every delivery until `deadline`; past it, drop those still running. `false`: the
@@ -167,7 +262,8 @@ impl Pipeline {
             for ((ticket, verdict), item) in tickets.iter().zip(verdicts).zip(items) {
                 let receipt = match verdict {
                     Verdict::Delete => ledger.acked(*ticket),
-                    Verdict::Release => ledger.release(*ticket),
+                    // A held message reaches here only by mistake: it goes back at once.
+                    Verdict::Release | Verdict::Hold => ledger.release(*ticket),
                     // Left in work: the drain hands it back (`release_all`) once the pollers have
                     // stopped. Released now, it would be visible again while long polls of this
                     // very reader are still out, and one abandoned at the stop would hide it for a
@@ -176,9 +272,9 @@ impl Pipeline {
                 };
                 match (verdict, receipt) {
                     (Verdict::Delete, Some(receipt)) => self.acker.delete(*ticket, receipt),
-                    // A failed delivery comes back later (growing with its receive count). Once the
-                    // reader is stopping, a release is a hand-back (a record the sinks never
-                    // started): at once, for whoever runs next.
+                    // A message released for its own fault comes back later (growing with its
+                    // receive count). Once the reader is stopping, a release is a hand-back (held,
+                    // or never started): at once, for whoever runs next.
                     (Verdict::Release, Some(receipt)) if !self.stop.token().is_cancelled() => {
                         self.acker.retry_later(*ticket, receipt, item.record.receive_count)
                     }

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::breaker::State;
+
 /// One sink's record.
 #[derive(Default)]
 struct SinkHealth {
@@ -34,8 +36,11 @@ pub struct SinkReport {
     pub failures_since: u64,
     /// The latest failure, one line; absent once a delivery succeeds.
     pub last_error: Option<String>,
-    /// No success for the reader's `--unready-after-seconds` while deliveries fail.
+    /// No success for the reader's `--unready-after-seconds` while deliveries fail, or the
+    /// sink's circuit is open (`sink::circuit`): receiving is paused for it.
     pub stalled: bool,
+    /// The sink's circuit breaker: `closed`, `open` or `half_open`.
+    pub circuit: &'static str,
 }
 
 #[derive(Default)]
@@ -68,6 +73,7 @@ impl Health {
             failures_since: h.failures_since_success,
             last_error: h.last_error.clone(),
             stalled: is_stalled(h, now, after),
+            circuit: State::Closed.name(),
         };
         self.sinks.iter().map(|(name, h)| (name.clone(), report(h))).collect()
     }
@@ -115,14 +121,23 @@ fn unready_after() -> Duration {
     *UNREADY_AFTER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Some sink has had no success for the configured time while deliveries to it fail.
+/// Some sink has had no success for the configured time while deliveries to it fail, or has
+/// its circuit open.
 pub fn stalled() -> bool {
-    health().stalled(Instant::now(), unready_after())
+    health().stalled(Instant::now(), unready_after()) || super::circuit::any_open()
 }
 
-/// Each sink's health now.
+/// Each sink's health now, its circuit's state included (open counts as stalled: the operator's
+/// `SinksHealthy` then turns False at the reader's next report, within seconds).
 pub fn report() -> BTreeMap<String, SinkReport> {
-    health().report(Instant::now(), unready_after())
+    let mut report = health().report(Instant::now(), unready_after());
+    for (sink, state) in super::circuit::states() {
+        if let Some(entry) = report.get_mut(&sink) {
+            entry.circuit = state.name();
+            entry.stalled |= state != State::Closed;
+        }
+    }
+    report
 }
 
 #[cfg(test)]
@@ -155,7 +170,13 @@ mod tests {
         let report = health.report(now, after);
         assert_eq!(
             report["web"],
-            SinkReport { last_success_ms: Some(5), failures_since: 0, last_error: None, stalled: false }
+            SinkReport {
+                last_success_ms: Some(5),
+                failures_since: 0,
+                last_error: None,
+                stalled: false,
+                circuit: "closed"
+            }
         );
         assert_eq!(report["archive"].failures_since, 1);
         assert_eq!(report["archive"].last_error.as_deref(), Some("NoSuchBucket: the bucket does not exist"));

@@ -27,6 +27,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::error::SinkBuildError;
+use super::fault::Fault;
 use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
 use super::secret_file::{self, SecretHeader};
 use super::stats::SinkStats;
@@ -147,7 +148,13 @@ impl HttpSink {
                         Err(_) => return Outcome::Failed { reason: Failure::closed().reason },
                     };
                 }
-                Err(GiveUp::Permanent) => return Outcome::Rejected { reason },
+                // Not worth retrying now; whose fault it is decides where the record goes.
+                Err(GiveUp::Permanent) => {
+                    return match error.kind.fault() {
+                        Fault::Record => Outcome::Rejected { reason },
+                        Fault::Sink => Outcome::Failed { reason },
+                    };
+                }
                 Err(GiveUp::Exhausted { attempts }) => {
                     let reason = format!("{reason} (gave up after {attempts} attempts)");
                     return Outcome::Failed { reason };

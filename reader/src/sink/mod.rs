@@ -2,9 +2,12 @@
 //!
 //! A sink answers one `Outcome` per record. Only `Delivered` lets the ledger
 //! delete the receipt (at-least-once) or count it towards the epoch's ack (exactly-once).
-//! `Rejected` is non-transient (poison): the record goes to the dead-letter sink, or with
-//! `failOnError` the reader stops. `Failed` means retries ran out on a transient error: the
-//! record is released back to the queue, never deleted, never dead-lettered.
+//! `Rejected` is the record's fault (`fault::Fault::Record`, poison): the record goes to the
+//! dead-letter sink, or with `failOnError` the reader stops. `Failed` is the sink's fault
+//! (`fault::Fault::Sink`: its own retries ran out, or retrying now cannot help, as with a missing
+//! bucket): the record is held in the reader, invisible, and delivered again when the sink's
+//! circuit (`circuit`) lets it; never deleted, never dead-lettered, never handed back for it.
+//! `Redeliver` (exactlyOnce, a record of an epoch the sink already sealed) releases it.
 
 use std::sync::Arc;
 
@@ -16,11 +19,14 @@ use crate::record::Record;
 mod aws_error;
 #[cfg(test)]
 mod aws_testing;
+pub mod breaker;
 pub mod build;
+pub mod circuit;
 pub mod cloudevents;
 pub mod dead_letter;
 mod epochs;
 mod error;
+pub mod fault;
 pub mod health;
 pub mod http;
 #[cfg(test)]
@@ -54,12 +60,20 @@ pub use stats::SinkStats;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
-    /// Non-transient: retrying will not help (HTTP 4xx other than 408/429, a malformed record).
+    /// The record's fault: retrying will not help (HTTP 4xx other than 408/429, a malformed
+    /// record, an object gone, a body too large).
     Rejected {
         reason: String,
     },
-    /// Transient and retries exhausted (connect error, timeout, 5xx, 429).
+    /// The sink's fault, after the sink's own retries (connect error, timeout, 5xx, 408, 429,
+    /// throttling, a missing bucket or queue): the record is held and tried again.
     Failed {
+        reason: String,
+    },
+    /// Neither's fault: the record must be received again to be delivered (exactlyOnce: it is
+    /// tagged with an epoch the sink has already sealed, so only a redelivery, tagged anew, can
+    /// go in). Released at once, never held, never counted against the sink.
+    Redeliver {
         reason: String,
     },
 }

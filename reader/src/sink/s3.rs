@@ -372,10 +372,10 @@ impl S3Sink {
         let mut outcomes = Vec::with_capacity(records.len());
         for record in records {
             let id = (record.incarnation, record.epoch);
-            // Transient on purpose: the message is released and classified again on
-            // redelivery; `Rejected` would dead-letter a message that is not poison.
+            // Released to be classified again on redelivery: `Rejected` would dead-letter a
+            // message that is not poison, `Failed` would hold it for a key that stays sealed.
             if let Some(reason) = txns.refusal(id) {
-                outcomes.push(Outcome::Failed { reason });
+                outcomes.push(Outcome::Redeliver { reason });
                 continue;
             }
             let upload = txns.by_id.entry(id).or_default();

@@ -120,7 +120,7 @@ async fn an_epoch_becomes_visible_on_commit_exactly_once() {
     assert_eq!(bucket.pending_uploads().await, 1);
     let late = sink.deliver(&records(INC_A, 1, &["late"])).await;
     assert!(
-        matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("pre-committed")),
+        matches!(&late[..], [Outcome::Redeliver { reason }] if reason.contains("pre-committed")),
         "a pre-committed key takes no records: {late:?}"
     );
 
@@ -134,7 +134,7 @@ async fn an_epoch_becomes_visible_on_commit_exactly_once() {
     assert_eq!(ids_seen, &ids(&["a", "b", "c"]));
     assert_eq!(bucket.pending_uploads().await, 0);
     let late = sink.deliver(&records(INC_A, 1, &["later"])).await;
-    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("committed")), "{late:?}");
+    assert!(matches!(&late[..], [Outcome::Redeliver { reason }] if reason.contains("committed")), "{late:?}");
     assert!(sink.abort(&k).await.is_err(), "a committed key cannot be aborted");
     assert_eq!(bucket.objects().await.len(), 1);
 }
@@ -152,7 +152,7 @@ async fn an_aborted_epoch_leaves_nothing() {
     assert!(sink.commit(&k).await.unwrap_err().message.contains("aborted"));
     assert!(sink.pre_commit(&k).await.unwrap_err().message.contains("aborted"));
     let late = sink.deliver(&records(INC_A, 2, &["z"])).await;
-    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("aborted")), "{late:?}");
+    assert!(matches!(&late[..], [Outcome::Redeliver { reason }] if reason.contains("aborted")), "{late:?}");
     assert!(bucket.objects().await.is_empty());
     assert_eq!(bucket.pending_uploads().await, 0);
 }
@@ -185,15 +185,15 @@ async fn a_late_record_is_released_not_dead_lettered() {
     sink.pre_commit(&key(READER, INC_A, 3)).await.unwrap();
     let late = sink.deliver(&records(INC_A, 3, &["late"])).await;
     assert!(
-        matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("pre-committed")),
-        "Failed releases the message for redelivery; Rejected would dead-letter it: {late:?}"
+        matches!(&late[..], [Outcome::Redeliver { reason }] if reason.contains("pre-committed")),
+        "Redeliver releases the message; Rejected would dead-letter it, Failed hold it: {late:?}"
     );
     // Only that key is sealed: the same epoch number under another incarnation, and the next
     // epoch, take records.
     let taken = [records(INC_B, 3, &["b3"]), records(INC_A, 4, &["a4"]), records(INC_A, 3, &["a3"])].concat();
     let outcomes = sink.deliver(&taken).await;
     assert_eq!(outcomes[..2], [Outcome::Delivered, Outcome::Delivered], "{outcomes:?}");
-    assert!(matches!(&outcomes[2], Outcome::Failed { .. }), "{outcomes:?}");
+    assert!(matches!(&outcomes[2], Outcome::Redeliver { .. }), "{outcomes:?}");
     sink.commit(&key(READER, INC_A, 3)).await.unwrap();
     assert!(bucket.objects().await.is_empty(), "the late record is not in the output");
 }
@@ -292,7 +292,7 @@ async fn two_incarnations_of_a_pod_never_share_an_epoch_transaction() {
     sink.abort(&old).await.unwrap();
     assert_eq!(bucket.pending_uploads().await, 1, "aborting one incarnation leaves the other's upload");
     let late = sink.deliver(&records(INC_A, 6, &["old-3"])).await;
-    assert!(matches!(&late[..], [Outcome::Failed { reason }] if reason.contains("aborted")), "{late:?}");
+    assert!(matches!(&late[..], [Outcome::Redeliver { reason }] if reason.contains("aborted")), "{late:?}");
     sink.commit(&new).await.unwrap();
     let expected = BTreeMap::from([(sink.object_key(&new), ids(&["new-1", "new-2"]))]);
     assert_eq!(bucket.objects().await, expected);
