@@ -24,6 +24,8 @@ mod error;
 pub mod health;
 pub mod http;
 #[cfg(test)]
+mod http_stream_tests;
+#[cfg(test)]
 mod http_tests;
 pub mod log;
 pub mod retry;
