@@ -36,6 +36,7 @@ mod s3_layout;
 mod s3_tests;
 mod secret_file;
 pub mod sqs;
+pub mod sqs_attributes;
 #[cfg(test)]
 mod sqs_batch_tests;
 mod sqs_offload;
