@@ -6,11 +6,13 @@
 
 pub use sluice_protocol as checkpoint;
 pub mod queue;
+pub mod redrive;
 pub mod sink_kind;
 pub mod spec;
 pub mod status;
 pub mod validate;
 
+pub use redrive::RedrivePolicy;
 pub use sink_kind::SinkKind;
 pub use spec::*;
 pub use status::*;

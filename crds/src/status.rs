@@ -60,6 +60,16 @@ pub struct SqsSourceStatus {
     /// coordinator saw it (exactlyOnce only). Absent until the operator saw a commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_barrier_milliseconds: Option<u64>,
+    /// The redrive policy of each queue in `spec.queues`, in order, from the operator's last
+    /// queue check: how many receives SQS allows a message before it moves it to the queue's
+    /// dead-letter queue. A reader still spends receives: a drain on SIGTERM releases what it
+    /// holds (one receive each), a crash leaves them to the visibility timeout (one each), and a
+    /// delivery that fails because of the message is released with a backoff (one per attempt).
+    /// With maxReceiveCount 1 every one of these dead-letters the message (a Warning event and
+    /// the QueueConfigValid message say so). Absent until a queue was checked; a queue that
+    /// could not be checked has no entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_redrive: Vec<QueueRedrive>,
     /// Throughput measured by the readers. Absent until a reader reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<Rates>,
@@ -97,6 +107,21 @@ pub struct QueueFigures {
     /// When these figures were read (RFC 3339). Absent if unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+}
+
+/// One queue's redrive policy (its `RedrivePolicy` attribute).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueRedrive {
+    /// The queue's URL.
+    pub queue: String,
+    /// Receives after which SQS moves a message to the dead-letter queue. Absent when the queue
+    /// has no RedrivePolicy (a message is then received until it is deleted or expires).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_receive_count: Option<u32>,
+    /// The ARN of the queue's dead-letter queue. Absent without a RedrivePolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_target_arn: Option<String>,
 }
 
 /// Rates measured by the readers and reported in their leases.

@@ -17,7 +17,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use sluice_crds::{Guarantee, QueueFigures, SqsSourceSpec, SqsSourceStatus};
+use sluice_crds::{Guarantee, QueueFigures, QueueRedrive, RedrivePolicy, SqsSourceSpec, SqsSourceStatus};
 
 use crate::queue_check::checks::{Finding, Severity, check_queue};
 use crate::queue_check::targets::TargetObservation;
@@ -95,6 +95,8 @@ pub struct Computed {
     pub replicas: i32,
     pub ready_replicas: i32,
     pub queue: Option<QueueFigures>,
+    /// Each checked queue's redrive policy (`status.queueRedrive`).
+    pub queue_redrive: Vec<QueueRedrive>,
     pub last_error: Option<String>,
     /// Queue findings of warning severity (they leave QueueConfigValid True).
     pub warnings: Vec<Finding>,
@@ -137,6 +139,7 @@ fn not_running(reason: &str, message: &str) -> Computed {
         replicas: 0,
         ready_replicas: 0,
         queue: None,
+        queue_redrive: Vec::new(),
         last_error: Some(message.to_owned()),
         warnings: Vec::new(),
     }
@@ -151,6 +154,7 @@ fn applied(
     let reachable = reachability(queues);
     let targets = target_reachability(targets);
     let QueueReview { config, figures, warnings } = review_queues(spec, queues, &reachable);
+    let queue_redrive = redrive_of(queues);
     let rollout = Rollout::of(deployment);
     let progressing = rollout.verdict();
     let ready = ready(&reachable, &config, &targets, &rollout);
@@ -161,7 +165,20 @@ fn applied(
     let mut verdicts =
         vec![ready, reachable, config, progressing, degraded, scaling(spec), spec_warnings(spec), targets];
     verdicts.extend(checkpoint_not_applicable(spec));
-    Computed { verdicts, replicas, ready_replicas, queue: figures, last_error, warnings }
+    Computed { verdicts, replicas, ready_replicas, queue: figures, queue_redrive, last_error, warnings }
+}
+
+/// The redrive policy of every queue that answered, in spec order (an unreadable policy counts
+/// as none here; its finding says why).
+fn redrive_of(queues: &[QueueObservation]) -> Vec<QueueRedrive> {
+    queues
+        .iter()
+        .filter_map(|q| q.result.as_ref().ok())
+        .map(|attrs| match RedrivePolicy::parse(attrs.redrive_policy.as_deref()) {
+            Ok(Some(policy)) => policy.status(&attrs.url),
+            _ => QueueRedrive { queue: attrs.url.clone(), ..QueueRedrive::default() },
+        })
+        .collect()
 }
 
 /// What the reachable queues' attributes say: `QueueConfigValid`, the summed figures, and the
@@ -496,6 +513,7 @@ pub fn owned_status(
         replicas: computed.replicas,
         ready_replicas: computed.ready_replicas,
         queue,
+        queue_redrive: computed.queue_redrive.clone(),
         last_error: computed.last_error.clone(),
         ..SqsSourceStatus::default()
     }
@@ -525,7 +543,16 @@ pub fn differs(previous: Option<&SqsSourceStatus>, next: &SqsSourceStatus) -> bo
             .collect();
         conditions.sort();
         let queue = s.queue.as_ref().map(|q| (q.visible, q.in_flight, q.delayed));
-        (s.observed_generation, conditions, s.replicas, s.ready_replicas, queue, s.last_error.clone())
+        let redrive = s.queue_redrive.clone();
+        (
+            s.observed_generation,
+            conditions,
+            s.replicas,
+            s.ready_replicas,
+            queue,
+            redrive,
+            s.last_error.clone(),
+        )
     };
     mine(previous) != mine(next)
 }

@@ -28,7 +28,10 @@ fn found(visible: i64, redrive: bool) -> QueueObservation {
         result: Ok(QueueAttributes {
             url: "u".into(),
             visibility_timeout_seconds: 30,
-            redrive_policy: redrive.then(|| "{}".to_owned()),
+            redrive_policy: redrive.then(|| {
+                r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:orders-dlq","maxReceiveCount":5}"#
+                    .to_owned()
+            }),
             maximum_message_size: 262_144,
             visible,
             in_flight: 2,
@@ -70,6 +73,40 @@ fn a_healthy_source_is_ready_and_reports_its_queue() {
     let q = c.queue.clone().unwrap_or_default();
     assert_eq!((q.visible, q.in_flight, q.delayed), (7, 2, 1));
     assert_eq!(c.last_error, None);
+    let redrive = [QueueRedrive {
+        queue: "u".into(),
+        max_receive_count: Some(5),
+        dead_letter_target_arn: Some("arn:aws:sqs:us-east-1:1:orders-dlq".into()),
+    }];
+    assert_eq!(c.queue_redrive, redrive);
+    let status = owned_status(&c, None, Some(1), Timestamp::now());
+    assert_eq!(status.queue_redrive, redrive);
+}
+
+#[test]
+fn max_receive_count_one_is_shown_and_warned_about_while_the_queue_config_stays_valid() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let mut queue = found(0, true);
+    if let Ok(attrs) = &mut queue.result {
+        attrs.redrive_policy =
+            Some(r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:dlq","maxReceiveCount":1}"#.into());
+    }
+    let missing = QueueObservation { index: 1, label: "gone".into(), result: Err(QueueError::DoesNotExist) };
+    let no_policy = found(0, false);
+    let queues = [queue, missing, no_policy];
+    let d = deployment(Some(1), 1);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &d });
+    let counts: Vec<Option<u32>> = c.queue_redrive.iter().map(|r| r.max_receive_count).collect();
+    assert_eq!(counts, [Some(1), None], "one entry per queue that answered; none for one without a policy");
+    assert!(c.warnings.iter().any(|w| w.reason == "MaxReceiveCountOne"), "{:?}", c.warnings);
+    let previous = owned_status(
+        &compute(Outcome::Applied { spec: &spec, queues: &[found(0, true)], targets: &[], deployment: &d }),
+        None,
+        Some(1),
+        Timestamp::now(),
+    );
+    let next = owned_status(&c, Some(&previous), Some(1), Timestamp::now());
+    assert!(differs(Some(&previous), &next), "a changed redrive policy is a status change");
 }
 
 #[test]

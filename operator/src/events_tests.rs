@@ -28,7 +28,9 @@ fn applied(result: Result<QueueAttributes, QueueError>) -> Computed {
 fn healthy() -> Computed {
     applied(Ok(QueueAttributes {
         visibility_timeout_seconds: 30,
-        redrive_policy: Some("{}".into()),
+        redrive_policy: Some(
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:dlq","maxReceiveCount":5}"#.into(),
+        ),
         ..QueueAttributes::default()
     }))
 }
@@ -166,7 +168,9 @@ fn a_weakened_guarantee_is_a_warning_when_it_appears_and_news_when_it_goes() {
         label: "orders".into(),
         result: Ok(QueueAttributes {
             visibility_timeout_seconds: 30,
-            redrive_policy: Some("{}".into()),
+            redrive_policy: Some(
+                r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:dlq","maxReceiveCount":5}"#.into(),
+            ),
             ..QueueAttributes::default()
         }),
     }];

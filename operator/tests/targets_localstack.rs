@@ -1,6 +1,7 @@
 //! The operator's target checks against LocalStack: every sqs sink queue, dead-letter queue and
 //! s3 bucket a source names is looked up for real, and each missing or unreachable one becomes a
-//! one-line problem naming its field (no SDK Debug dump), which `TargetsReachable` carries.
+//! one-line problem naming its field (no SDK Debug dump), which `TargetsReachable` carries; and
+//! each source queue's RedrivePolicy is read into `status.queueRedrive`.
 //!
 //! Needs LocalStack (SQS and S3) at `SLUICE_LOCALSTACK_ENDPOINT` (default http://127.0.0.1:4566),
 //! as the workspace test command provides.
@@ -149,4 +150,74 @@ async fn a_kms_encrypted_source_queue_names_its_key_and_kms_decrypt() {
     println!("{}", kms.message);
     assert!(kms.message.contains("alias/sluice-orders") && kms.message.contains("kms:Decrypt"));
     sqs.delete_queue().queue_url(&url).send().await.expect("DeleteQueue");
+}
+
+/// Two source queues with a RedrivePolicy into a real dead-letter queue, maxReceiveCount 5 and
+/// 1: the status shows each count and the DLQ's ARN, and maxReceiveCount 1 is a warning (the
+/// QueueConfigValid message and a Warning event) that names the queue and the DLQ.
+#[tokio::test]
+async fn the_status_shows_each_queues_max_receive_count_and_warns_on_one() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use sluice_operator::conditions::{QUEUE_CONFIG_VALID, owned_status};
+    use sluice_operator::queue_check::inspect_all;
+    let (endpoint, base, sqs) = localstack();
+    let name = format!("redrive-{}", suffix());
+    let dlq = create_queue(&sqs, &format!("{name}-dlq"), None).await;
+    let dlq_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("LocalStack answers GetQueueAttributes")
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .expect("a queue ARN");
+    let mut urls = Vec::new();
+    for count in [5, 1] {
+        let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":{count}}}"#);
+        let url = sqs
+            .create_queue()
+            .queue_name(format!("{name}-{count}"))
+            .attributes(QueueAttributeName::RedrivePolicy, policy)
+            .send()
+            .await
+            .expect("LocalStack answers CreateQueue")
+            .queue_url()
+            .expect("a queue url")
+            .to_owned();
+        urls.push(url);
+    }
+    let spec: SqsSourceSpec = serde_json::from_value(serde_json::json!({
+        "queues": [{ "url": urls[0], "endpoint": endpoint }, { "url": urls[1], "endpoint": endpoint }],
+        "sinks": [{ "name": "log", "log": {} }],
+    }))
+    .expect("a spec");
+    let queues = inspect_all(&SqsInspector::new(base), &spec).await;
+    let deployment = k8s_openapi::api::apps::v1::Deployment::default();
+    let computed =
+        compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &deployment });
+    let status = owned_status(&computed, None, Some(1), k8s_openapi::jiff::Timestamp::now());
+    let shown: Vec<(String, Option<u32>, Option<String>)> = status
+        .queue_redrive
+        .iter()
+        .map(|r| (r.queue.clone(), r.max_receive_count, r.dead_letter_target_arn.clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (urls[0].clone(), Some(5), Some(dlq_arn.clone())),
+            (urls[1].clone(), Some(1), Some(dlq_arn.clone()))
+        ]
+    );
+    let config = computed.verdicts.iter().find(|v| v.type_ == QUEUE_CONFIG_VALID).expect("QueueConfigValid");
+    assert_eq!((config.status, config.reason.as_str()), ("True", "MaxReceiveCountOne"), "{}", config.message);
+    assert!(
+        config.message.contains("spec.queues[1]") && config.message.contains(&dlq_arn),
+        "{}",
+        config.message
+    );
+    assert!(computed.warnings.iter().any(|w| w.reason == "MaxReceiveCountOne"));
+    println!("status.queueRedrive: {}", serde_json::to_string(&status.queue_redrive).unwrap_or_default());
+    println!("QueueConfigValid: {} ({}): {}", config.status, config.reason, config.message);
 }

@@ -123,6 +123,10 @@ pub fn full() -> Value {
                 "boundBytes": 67108864, "handedOff": 100, "waitMeanMilliseconds": 20, "waitMaxMilliseconds": 90
             }],
             "held": {"messages": 12, "bytes": 1200, "maxMessagesPerReader": 12},
+            "queueRedrive": [{
+                "queue": "http://127.0.0.1:4566/queue/us-east-1/000000000000/orders",
+                "maxReceiveCount": 5, "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:orders-dlq"
+            }],
             "conditions": [{
                 "type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
                 "lastTransitionTime": "2026-01-01T00:00:00Z"

@@ -7,9 +7,11 @@
 //!   checkpoint intervals, before its delete. Under atLeastOnce the reader extends visibility
 //!   while it works, but one sink attempt must still fit inside it.
 //! - No redrive policy and no dead-letter sink: a poison message is received forever.
+//! - A redrive policy with maxReceiveCount 1: every receive a reader spends without deleting
+//!   (a drain, a crash, a failed delivery) moves the message to the dead-letter queue.
 //! - The maximum message size is reported so users can size their sinks.
 
-use sluice_crds::{Guarantee, QueueRef, SqsSourceSpec};
+use sluice_crds::{Guarantee, QueueRef, RedrivePolicy, SqsSourceSpec};
 
 use super::QueueAttributes;
 
@@ -118,6 +120,7 @@ pub fn check_queue(spec: &SqsSourceSpec, index: usize, label: &str, attrs: &Queu
     }
 
     findings.extend(kms_key(index, label, attrs));
+    findings.extend(redrive(index, label, attrs));
     if attrs.redrive_policy.as_deref().is_none_or(str::is_empty) && spec.dead_letter_sink.is_none() {
         findings.push(Finding {
             severity: Severity::Warning,
@@ -128,6 +131,26 @@ pub fn check_queue(spec: &SqsSourceSpec, index: usize, label: &str, attrs: &Queu
         });
     }
     findings
+}
+
+/// A redrive policy that dead-letters a message on its first receive, or one that cannot be read.
+fn redrive(index: usize, label: &str, attrs: &QueueAttributes) -> Option<Finding> {
+    match RedrivePolicy::parse(attrs.redrive_policy.as_deref()) {
+        Ok(Some(policy)) if policy.dead_letters_on_first_failure() => Some(Finding {
+            severity: Severity::Warning,
+            reason: "MaxReceiveCountOne",
+            message: format!(
+                "queue {label} (spec.queues[{index}]) has a RedrivePolicy with maxReceiveCount 1: a message a reader received but did not delete (a drain on SIGTERM, a crash, a failed delivery) goes to {} on its next receive; raise maxReceiveCount on the queue (3 or more)",
+                policy.dead_letter_target_arn
+            ),
+        }),
+        Ok(_) => None,
+        Err(error) => Some(Finding {
+            severity: Severity::Warning,
+            reason: "RedrivePolicyUnreadable",
+            message: format!("queue {label} (spec.queues[{index}]): {error}"),
+        }),
+    }
 }
 
 /// The AWS-managed key for SQS: usable by any identity of the account that may use the queue.

@@ -164,3 +164,26 @@ fn spec_for_kms() -> sluice_crds::SqsSourceSpec {
     }))
     .expect("a spec")
 }
+
+#[test]
+fn max_receive_count_one_is_a_warning_naming_the_dead_letter_queue() {
+    let spec = fixtures::source(fixtures::BASIC).spec;
+    let mut one = attrs(false, 30, true);
+    one.redrive_policy =
+        Some(r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:orders-dlq","maxReceiveCount":1}"#.into());
+    let findings = check_queue(&spec, 0, "orders", &one);
+    assert_eq!(reasons(&findings), [("MaxReceiveCountOne", Severity::Warning)]);
+    let message = &findings[0].message;
+    assert!(
+        message.contains("maxReceiveCount 1") && message.contains("arn:aws:sqs:us-east-1:1:orders-dlq"),
+        "{message}"
+    );
+    assert!(message.contains("spec.queues[0]") && message.contains("raise maxReceiveCount"), "{message}");
+    one.redrive_policy = Some(r#"{"deadLetterTargetArn":"arn:x","maxReceiveCount":2}"#.into());
+    assert!(check_queue(&spec, 0, "orders", &one).is_empty(), "2 receives leave room for one drain or crash");
+    one.redrive_policy = Some(r#"{"deadLetterTargetArn":"arn:x"}"#.into());
+    assert_eq!(
+        reasons(&check_queue(&spec, 0, "orders", &one)),
+        [("RedrivePolicyUnreadable", Severity::Warning)]
+    );
+}

@@ -17,6 +17,7 @@ use crate::config::settings::CredentialSettings;
 
 pub mod queue;
 pub mod receive_tally;
+pub mod redrive;
 
 /// The default chain (environment, profile, web identity, Pod Identity, IMDS), optionally
 /// assuming a role on top of it, in a session named by the spec or else `reader_id`.

@@ -3,8 +3,9 @@
 //! Why check at start: a wrong URL or missing permissions would otherwise show up as a poller
 //! retrying forever. GetQueueAttributes with a short timeout turns them into a configuration error
 //! naming the field (exit 2), and tells us the queue's own visibility timeout, which the heartbeat
-//! needs when the spec does not set one. An endpoint that does not answer is an outage, not a
-//! mistake: it is answered as [`Error::Outage`], which the start retries with backoff.
+//! needs when the spec does not set one, and its redrive policy, which is logged (`redrive`). An
+//! endpoint that does not answer is an outage, not a mistake: it is answered as
+//! [`Error::Outage`], which the start retries with backoff.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub async fn connect(
                 .get_queue_attributes()
                 .queue_url(&url)
                 .attribute_names(QueueAttributeName::VisibilityTimeout)
+                .attribute_names(QueueAttributeName::RedrivePolicy)
                 .send(),
         )
         .await
@@ -63,6 +65,8 @@ pub async fn connect(
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(30);
         let seconds = settings.receive.visibility_timeout_seconds.map_or(queue_default, |s| s as u64);
+        let redrive = attributes.attributes().and_then(|a| a.get(&QueueAttributeName::RedrivePolicy));
+        super::redrive::log(&url, redrive.map(String::as_str));
         queues.push(Arc::new(Queue {
             index: q.index,
             url: Arc::from(url.as_str()),

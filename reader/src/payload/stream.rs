@@ -7,7 +7,12 @@
 //! reads the object again from its start, never mixes two versions: a replaced object fails with
 //! `PreconditionFailed`, a deleted one with `NoSuchKey`, both permanent (dead-lettered).
 //! A read cut midway (a connection an S3 endpoint dropped while the sink was busy writing) is
-//! resumed from the byte it stopped at, a few times, under the same pin.
+//! resumed from the byte it stopped at, under the same pin, for as long as each read makes
+//! progress: the s3 sink leaves its read idle while it uploads a part, and a busy endpoint cuts
+//! such reads again and again, each after more of the object arrived. Counting every cut would
+//! fail a read that is getting there, and the sink's failure would send the whole message to
+//! every sink once more (README, "Failure behaviour"). A read fails only when [`RESUMES`]
+//! resumes in a row brought no byte before the next cut.
 //!
 //! The reader's fetch bounds cover these reads too: an open read holds one of the
 //! `maxConcurrentFetches` slots and a window of `maxBytesInFlight` ([`WINDOW_BYTES`], or the
@@ -114,6 +119,8 @@ impl StreamedObject {
             client: source.client.clone(),
             read: 0,
             resumes: 0,
+            stalled: 0,
+            read_at_cut: 0,
             done: false,
             _permits: (slot, window),
             stats: source.stats.clone(),
@@ -144,8 +151,9 @@ async fn get(client: &Client, object: &ObjectRef, from: u64) -> Result<ByteStrea
     Ok(output.body)
 }
 
-/// Times a read cut midway is resumed before the sink is told it failed.
-const RESUMES: u32 = 3;
+/// Resumes in a row that bring no byte before the next cut, after which the sink is told the
+/// read failed.
+pub const RESUMES: u32 = 3;
 
 /// An error and its causes on one line (the SDK's own text is only "streaming error").
 fn chain(error: &dyn std::error::Error) -> String {
@@ -174,7 +182,12 @@ pub struct ObjectBody {
     object: ObjectRef,
     client: Client,
     read: u64,
+    /// Every resume so far (for messages).
     resumes: u32,
+    /// Cuts in a row with no byte read since the one before.
+    stalled: u32,
+    /// `read` at the last cut.
+    read_at_cut: u64,
     done: bool,
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     stats: Arc<FetchStats>,
@@ -214,14 +227,19 @@ impl ObjectBody {
         }
     }
 
-    /// Read on from where the read was cut, if resumes are left.
+    /// Read on from where the read was cut, unless [`RESUMES`] cuts in a row brought nothing.
     async fn resume(&mut self, cut: String) -> Result<(), FetchError> {
-        if self.resumes >= RESUMES {
-            return Err(FetchError::Transient(format!("{cut} (resumed {} times)", self.resumes)));
+        self.stalled = if self.read > self.read_at_cut || self.resumes == 0 { 1 } else { self.stalled + 1 };
+        self.read_at_cut = self.read;
+        if self.stalled > RESUMES {
+            let (resumes, stalled) = (self.resumes, RESUMES);
+            return Err(FetchError::Transient(format!(
+                "{cut} (resumed {resumes} times, the last {stalled} without a byte read)"
+            )));
         }
         self.resumes += 1;
         super::warn("resumed", &cut);
-        tokio::time::sleep(std::time::Duration::from_millis(200) * self.resumes).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200) * self.stalled).await;
         self.body = get(&self.client, &self.object, self.read).await?;
         Ok(())
     }

@@ -79,6 +79,8 @@ pub struct Metrics {
     dead_lettered: Family<QueueLabel, Counter>,
     pub released: Counter,
     retries: Family<SinkLabel, Counter>,
+    /// Records a sink sent with more message attributes than SQS takes, the rest packed.
+    attributes_packed: Family<SinkLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
     sink_errors: Family<SinkErrorLabel, Counter>,
     empty_receives: Family<QueueLabel, Counter>,
@@ -132,6 +134,7 @@ impl Metrics {
             dead_lettered: Family::default(),
             released: Counter::default(),
             retries: Family::default(),
+            attributes_packed: Family::default(),
             errors: Family::default(),
             sink_errors: Family::default(),
             empty_receives: Family::default(),
@@ -217,6 +220,11 @@ impl Metrics {
             "sink_retries",
             "Delivery attempts beyond the first, per sink",
             self.retries.clone(),
+        );
+        registry.register(
+            "sink_attributes_packed",
+            "Records a sink sent with more message attributes than SQS takes, the rest packed into sluice-packed-attributes",
+            self.attributes_packed.clone(),
         );
         registry.register("errors", "Errors by pipeline stage and type", self.errors.clone());
         registry.register(
@@ -398,6 +406,7 @@ impl Metrics {
         drop(self.delivered.get_or_create(&label));
         drop(self.delivered_bytes.get_or_create(&label));
         drop(self.retries.get_or_create(&label));
+        drop(self.attributes_packed.get_or_create(&label));
         drop(self.sink_latency.get_or_create(&label));
         drop(self.circuit_state.get_or_create(&label));
         for kind in ["failed", "rejected"] {
@@ -412,6 +421,8 @@ impl Metrics {
         for (name, stats) in self.sink_stats.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let counter = self.retries.get_or_create(&SinkLabel { sink: name.clone() });
             counter.inc_by(stats.retries().saturating_sub(counter.get()));
+            let packed = self.attributes_packed.get_or_create(&SinkLabel { sink: name.clone() });
+            packed.inc_by(stats.packed().saturating_sub(packed.get()));
         }
         self.payload.refresh();
         let mut text = String::new();
@@ -588,6 +599,9 @@ mod tests {
         }
         stats.record_retry();
         assert!(m.encode().contains("sluice_reader_sink_retries_total{sink=\"out\"} 2"));
+        assert!(m.encode().contains("sluice_reader_sink_attributes_packed_total{sink=\"out\"} 0"));
+        stats.record_packed();
+        assert!(m.encode().contains("sluice_reader_sink_attributes_packed_total{sink=\"out\"} 1"));
     }
 
     #[test]

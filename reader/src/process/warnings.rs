@@ -74,6 +74,12 @@ pub fn no_dead_letter_sink(reason: &str) {
     }
 }
 
+/// Another occurrence of `kind` at `sink`: `Some(count)` when a WARN line is due now, standing
+/// for `count` occurrences; for lines a stage words itself.
+pub fn due(sink: &str, kind: &'static str) -> Option<u64> {
+    DELIVERY_FAILURES.lock().unwrap_or_else(|e| e.into_inner()).note(sink, kind, Instant::now())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::sqs::MAX_MESSAGE_ATTRIBUTES;
+use super::sqs_attributes::MAX_MESSAGE_ATTRIBUTES;
 use super::{Outcome, Sink};
 use crate::record::Record;
 

@@ -13,11 +13,14 @@
 //! A streamed object (`Record::object`) is read from S3 during each attempt and sent as it
 //! arrives, with its Content-Length: the request never holds more of it than the connection's
 //! buffers. A retry reads it again; an object gone or replaced since intake is a rejection.
+//! For such a request `timeoutMs` bounds the time without progress (no piece taken by the
+//! connection, or no answer after the last piece), not the whole request: a 50 MiB body takes
+//! longer than a request's usual timeout on any link slower than 10 MiB/s, and a whole-request
+//! timeout that fires after the receiver took the body whole and answered sends it again.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
 use futures::future::{BoxFuture, join_all};
 use reqwest::header::{CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
@@ -34,6 +37,7 @@ use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
 use crate::payload::FetchError;
+use crate::payload::stream::ObjectBody;
 use crate::record::Record;
 
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).
@@ -173,17 +177,23 @@ impl HttpSink {
         for secret in &self.secret_headers {
             headers.insert(secret.name.clone(), secret.value());
         }
-        let body = match &record.object {
-            None => reqwest::Body::from(record.body.clone()),
+        let request = self.client.post(self.url.clone());
+        let sent = match &record.object {
+            None => request.headers(headers).timeout(self.timeout).body(record.body.clone()).send().await,
             Some(object) => {
                 let reading = object.open().await.map_err(Failure::from_fetch)?;
                 headers.insert(CONTENT_LENGTH, HeaderValue::from(object.size()));
-                let pieces = reading.into_stream().map_err(|e| std::io::Error::other(e.reason().to_owned()));
-                reqwest::Body::wrap_stream(pieces)
+                let progress = Progress::default();
+                let body = streamed_body(reading, progress.clone());
+                tokio::select! {
+                    sent = request.headers(headers).body(body).send() => sent,
+                    () = progress.stalled(self.timeout) => {
+                        self.stats.record_request(started.elapsed());
+                        return Err(Failure::stalled(&object.object.at(), &self.url, self.timeout));
+                    }
+                }
             }
         };
-        let sent =
-            self.client.post(self.url.clone()).headers(headers).timeout(self.timeout).body(body).send().await;
         let result = match sent {
             Err(e) => Err(Failure::from_reqwest(&e)),
             Ok(response) => {
@@ -193,8 +203,13 @@ impl HttpSink {
                     .get(RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| parse_retry_after(v, now_ms()));
-                // Reading the body lets the connection go back to the pool.
-                let body = response.bytes().await.unwrap_or_default();
+                // Reading the body lets the connection go back to the pool. The status is the
+                // answer: a body that does not come within the timeout changes nothing.
+                let body = tokio::time::timeout(self.timeout, response.bytes())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or_default();
                 if status.is_success() {
                     Ok(())
                 } else {
@@ -236,6 +251,50 @@ impl Sink for HttpSink {
     }
 }
 
+/// When a streamed request last moved: the connection took a piece of the object, or the
+/// body ended (then the answer is what is awaited).
+#[derive(Clone)]
+struct Progress(Arc<Mutex<Instant>>);
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self(Arc::new(Mutex::new(Instant::now())))
+    }
+}
+
+impl Progress {
+    fn moved(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+    }
+
+    /// Resolves once nothing moved for `limit`.
+    async fn stalled(&self, limit: Duration) {
+        loop {
+            let idle = self.idle();
+            if idle >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - idle).await;
+        }
+    }
+}
+
+/// The object as a request body: each piece, and the end, marks `progress` when the connection
+/// asks for it (it asks for the next piece once it has written the last).
+fn streamed_body(reading: ObjectBody, progress: Progress) -> reqwest::Body {
+    let pieces = futures::stream::unfold((reading, progress), |(mut reading, progress)| async move {
+        let piece = reading.next_chunk().await;
+        progress.moved();
+        let piece = piece?.map_err(|e| std::io::Error::other(e.reason().to_owned()));
+        Some((piece, (reading, progress)))
+    });
+    reqwest::Body::wrap_stream(pieces)
+}
+
 struct Failure {
     kind: AttemptError,
     reason: String,
@@ -259,6 +318,18 @@ impl Failure {
     fn from_fetch(e: FetchError) -> Self {
         let object_unreadable = matches!(e, FetchError::Permanent(_));
         Self { kind: AttemptError::Io, reason: e.reason().to_owned(), object_unreadable }
+    }
+
+    /// A streamed request that made no progress for `limit`.
+    fn stalled(object: &str, url: &Url, limit: Duration) -> Self {
+        let ms = limit.as_millis();
+        Self {
+            kind: AttemptError::Timeout,
+            reason: format!(
+                "sending {object} to {url}: nothing moved for {ms} ms (the receiver took no bytes, S3 sent none, or no answer came after the body); http.timeoutMs bounds the time without progress of a streamed object"
+            ),
+            object_unreadable: false,
+        }
     }
 
     fn closed() -> Self {

@@ -23,17 +23,17 @@ use crate::record::Record;
 type Script = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
 
 #[derive(Clone)]
-enum Reply {
+pub(super) enum Reply {
     Status(u16),
     StatusRetryAfter(u16, &'static str),
     SlowOk(Duration),
 }
 
 #[derive(Clone)]
-struct Server {
+pub(super) struct Server {
     script: Script,
-    seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
+    pub(super) seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+    pub(super) hits: Arc<Mutex<HashMap<String, usize>>>,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
 }
@@ -65,7 +65,7 @@ async fn handle(State(server): State<Server>, headers: HeaderMap, body: Bytes) -
 }
 
 /// Serve `script` on 127.0.0.1:0; returns the server's state and URL.
-async fn serve(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> (Server, String) {
+pub(super) async fn serve(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> (Server, String) {
     let server = Server {
         script: Arc::new(script),
         seen: Arc::default(),
@@ -80,7 +80,7 @@ async fn serve(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> (Serv
     (server, url)
 }
 
-fn sink(url: &str, timeout_ms: u64, concurrency: u32, max_attempts: u32) -> HttpSink {
+pub(super) fn sink(url: &str, timeout_ms: u64, concurrency: u32, max_attempts: u32) -> HttpSink {
     let spec = HttpSinkSpec {
         url: url.into(),
         timeout_ms,
@@ -106,7 +106,7 @@ fn records(n: usize) -> Vec<Arc<Record>> {
 }
 
 /// Every test is bounded: a hung sink fails the test instead of hanging the suite.
-async fn deliver(sink: &HttpSink, records: &[Arc<Record>]) -> Vec<Outcome> {
+pub(super) async fn deliver(sink: &HttpSink, records: &[Arc<Record>]) -> Vec<Outcome> {
     tokio::time::timeout(Duration::from_secs(20), sink.deliver(records)).await.expect("deliver hung")
 }
 

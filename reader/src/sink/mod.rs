@@ -30,6 +30,8 @@ pub mod fault;
 pub mod health;
 pub mod http;
 #[cfg(test)]
+mod http_stream_tests;
+#[cfg(test)]
 mod http_tests;
 pub mod log;
 pub mod retry;
@@ -40,6 +42,7 @@ mod s3_layout;
 mod s3_tests;
 mod secret_file;
 pub mod sqs;
+pub mod sqs_attributes;
 #[cfg(test)]
 mod sqs_batch_tests;
 mod sqs_offload;

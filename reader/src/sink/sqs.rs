@@ -13,8 +13,9 @@
 //! target within 5 minutes of its first send. To a standard target it is at-least-once.
 //!
 //! Message attributes travel with the DataType they were received with (a Binary one, kept as
-//! base64 text in the Record, is sent as bytes again), at most 10 (SQS's limit), in name order;
-//! empty values are dropped because SQS refuses them.
+//! base64 text in the Record, is sent as bytes again); empty values are left out because SQS
+//! refuses them. SQS takes at most 10: beyond that the first 9 travel as they are and the rest
+//! together in one packed attribute (`sqs_attributes`), counted and named in a WARN line.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -30,16 +31,18 @@ use sluice_crds::SqsSinkSpec;
 use super::aws_error::{self, AwsFailure, service_failure};
 use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, RetryPolicy};
+use super::sqs_attributes::{self, PACKED, data_type};
 use super::sqs_offload::Offload;
 use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
+use crate::process::warnings;
 use crate::record::Record;
 
 /// SendMessageBatch limits.
 pub const MAX_BATCH_ENTRIES: usize = 10;
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
-pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
+pub use super::sqs_attributes::MAX_MESSAGE_ATTRIBUTES;
 
 pub struct SqsSink {
     name: String,
@@ -119,7 +122,10 @@ impl SqsSink {
                 }
             };
             match entry(&i.to_string(), &record, self.fifo.as_ref()) {
-                Ok(entry) => pending.push((i, entry)),
+                Ok(entry) => {
+                    self.note_packed(&record);
+                    pending.push((i, entry));
+                }
                 Err(reason) => outcomes[i] = Some(Outcome::Rejected { reason }),
             }
         }
@@ -149,6 +155,21 @@ impl SqsSink {
         let unanswered =
             || Outcome::Failed { reason: "SendMessageBatch returned no result for the entry".into() };
         outcomes.into_iter().map(|o| o.unwrap_or_else(unanswered)).collect()
+    }
+
+    /// A record sent with more attributes than SQS takes: counted, and a WARN line when one is due.
+    fn note_packed(&self, record: &Record) {
+        let Some(packed) = sqs_attributes::outgoing(record).packed else { return };
+        self.stats.record_packed();
+        if let Some(messages) = warnings::due(&self.name, "attributes_packed") {
+            let count = record.message_attributes.values().filter(|v| !v.is_empty()).count();
+            let (sink, window, names) = (&self.name, warnings::WINDOW.as_secs(), packed.names.join(", "));
+            tracing::warn!(
+                sink,
+                messages,
+                "sink {sink} sent {messages} messages in up to {window} s with more message attributes than SQS takes ({MAX_MESSAGE_ATTRIBUTES}); the latest had {count}, and {names} travel packed as JSON in the attribute {PACKED}: consumers read them from there"
+            );
+        }
     }
 
     /// The record as it is sent: offloaded to S3 when `sqs.offload` is set and it is over the threshold.
@@ -269,16 +290,9 @@ pub fn batches(records: &[Arc<Record>]) -> Vec<Range<usize>> {
     ranges
 }
 
-/// Bytes SQS counts for the entry: body plus attribute names, types and values (a Binary
-/// value counted as its base64 text: a little more than SQS counts, never less).
+/// Bytes SQS counts for the entry: body plus attributes (`sqs_attributes::size`).
 fn entry_size(record: &Record) -> usize {
-    let attributes: usize =
-        forwarded_attributes(record).map(|(k, v)| k.len() + v.len() + data_type(record, k).len()).sum();
-    record.body.len() + attributes
-}
-
-fn data_type<'a>(record: &'a Record, name: &str) -> &'a str {
-    record.attribute_types.get(name).map_or("String", String::as_str)
+    record.body.len() + sqs_attributes::size(record)
 }
 
 /// The attribute as it was received: a Binary one (kept base64 in the record) as bytes again, a
@@ -294,10 +308,6 @@ fn typed_attribute(record: &Record, name: &str, value: &str) -> Result<MessageAt
         builder.string_value(value)
     };
     builder.build().map_err(|e| format!("message attribute {name}: {e}"))
-}
-
-fn forwarded_attributes(record: &Record) -> impl Iterator<Item = (&String, &String)> {
-    record.message_attributes.iter().filter(|(_, v)| !v.is_empty()).take(MAX_MESSAGE_ATTRIBUTES)
 }
 
 /// How a FIFO target's MessageGroupId is chosen.
@@ -340,8 +350,15 @@ pub fn entry(
         return Err("body is empty; SQS refuses empty messages".into());
     }
     let mut entry = SendMessageBatchRequestEntry::builder().id(id).message_body(body);
-    for (name, value) in forwarded_attributes(record) {
+    let outgoing = sqs_attributes::outgoing(record);
+    for name in outgoing.direct {
+        let value = record.message_attributes.get(name).map_or("", String::as_str);
         entry = entry.message_attributes(name, typed_attribute(record, name, value)?);
+    }
+    if let Some(packed) = outgoing.packed {
+        let value = MessageAttributeValue::builder().data_type("String").string_value(packed.json).build();
+        entry =
+            entry.message_attributes(PACKED, value.map_err(|e| format!("message attribute {PACKED}: {e}"))?);
     }
     if let Some(rule) = fifo {
         let group = match rule {
@@ -416,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn at_most_ten_non_empty_attributes_are_forwarded() {
+    fn eleven_non_empty_attributes_go_as_nine_plus_the_packed_rest() {
         let mut r = record("m");
         for i in 0..12 {
             r.message_attributes.insert(format!("a{i:02}"), format!("v{i}"));
@@ -425,9 +442,20 @@ mod tests {
         let e = entry("0", &r, None).unwrap();
         let attributes = e.message_attributes().unwrap();
         assert_eq!(attributes.len(), 10);
-        assert!(!attributes.contains_key("a00"));
+        assert!(!attributes.contains_key("a00"), "an empty value is left out");
         assert_eq!(attributes["a01"].string_value(), Some("v1"));
         assert_eq!(attributes["a01"].data_type(), "String");
+        assert!(attributes.contains_key("a09") && !attributes.contains_key("a10"));
+        let packed: serde_json::Value =
+            serde_json::from_str(attributes[PACKED].string_value().unwrap()).unwrap();
+        assert_eq!(packed["a10"]["StringValue"], "v10");
+        assert_eq!(packed["a11"]["StringValue"], "v11");
+        let ten = {
+            let mut r = r.clone();
+            r.message_attributes.remove("a11");
+            entry("0", &r, None).unwrap()
+        };
+        assert!(!ten.message_attributes().unwrap().contains_key(PACKED), "10 fit as they are");
     }
 
     #[test]

@@ -169,3 +169,32 @@ async fn dead_letters_carry_the_reason_and_the_source() {
     assert_eq!(attributes["index"], "0");
     client.delete_queue().queue_url(&dlq).send().await.unwrap();
 }
+
+/// 12 attributes, 2 more than SQS takes: the message arrives with the first 9 as they are and
+/// the other 3 in `sluice-packed-attributes` with their values and types; the sink counts it.
+#[tokio::test]
+async fn twelve_attributes_arrive_as_nine_plus_three_packed() {
+    let aws = localstack().await;
+    let client = Client::new(&aws);
+    let target = queue(&client, false).await;
+    let sink = sink(&aws, &target);
+    let mut r = record("src-attrs");
+    for i in 0..12 {
+        r.message_attributes.insert(format!("attr{i:02}"), format!("value {i}"));
+    }
+    r.attribute_types.insert("attr11".into(), "Number".into());
+    r.message_attributes.insert("attr11".into(), "11".into());
+    assert_eq!(sink.deliver(&[Arc::new(r)]).await, vec![Outcome::Delivered]);
+    assert_eq!(sink.stats().unwrap().packed(), 1);
+    let got = drain(&client, &target, 1, PATIENCE).await;
+    let [(_, _, attributes)] = got.as_slice() else { panic!("{got:?}") };
+    assert_eq!(attributes.len(), 10, "{attributes:?}");
+    for i in 0..9 {
+        assert_eq!(attributes[&format!("attr{i:02}")], format!("value {i}"));
+    }
+    let packed: serde_json::Value = serde_json::from_str(&attributes[super::sqs_attributes::PACKED]).unwrap();
+    assert_eq!(packed["attr09"], serde_json::json!({"DataType": "String", "StringValue": "value 9"}));
+    assert_eq!(packed["attr10"], serde_json::json!({"DataType": "String", "StringValue": "value 10"}));
+    assert_eq!(packed["attr11"], serde_json::json!({"DataType": "Number", "StringValue": "11"}));
+    println!("12 attributes forwarded: 9 as they are, 3 packed: {packed}");
+}

@@ -12,6 +12,7 @@ pub struct SinkStats {
     retries: AtomicU64,
     requests: AtomicU64,
     request_micros: AtomicU64,
+    packed: AtomicU64,
 }
 
 impl SinkStats {
@@ -25,6 +26,16 @@ impl SinkStats {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.request_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// One record sent with more message attributes than the target takes, the rest packed.
+    pub fn record_packed(&self) {
+        self.packed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records sent with packed attributes since the sink was built (monotonic).
+    pub fn packed(&self) -> u64 {
+        self.packed.load(Ordering::Relaxed)
     }
 
     /// Retries since the sink was built (monotonic, like a Prometheus counter).
@@ -54,6 +65,8 @@ mod tests {
         stats.record_retry();
         stats.record_request(Duration::from_millis(3));
         stats.record_request(Duration::from_millis(4));
+        stats.record_packed();
+        assert_eq!(stats.packed(), 1);
         assert_eq!(stats.retries(), 2);
         assert_eq!(stats.requests(), 2);
         assert_eq!(stats.request_time(), Duration::from_millis(7));
