@@ -21,7 +21,7 @@ deploy/examples/, and the two release bundles. What each object is judged agains
 Runs in the venv scripts/check-manifests.sh makes; needs kubectl (kustomize 5) on PATH.
 """
 
-import json
+import functools
 import os
 import subprocess
 import sys
@@ -31,7 +31,12 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import yaml
+import kubernetes_validate.utils
 from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
+
+# kubernetes-validate parses a schema file, and its large _definitions.json, on every call: read each
+# once (the parsed schemas are only read, never changed).
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
