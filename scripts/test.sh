@@ -61,6 +61,12 @@ bash scripts/check-deps.sh
 step "alert rules: promtool check and unit tests"
 bash scripts/check-alerts.sh
 
+step "image: the Dockerfile's build context loads the workspace (locked, offline)"
+bash scripts/check-image-context.sh
+
+step "manifests: every kustomize output, CRD and example against the Kubernetes, CRD and Prometheus Operator schemas"
+bash scripts/check-manifests.sh
+
 step "no function over 80 lines in the reader and the operator"
 bash scripts/long-functions.sh
 

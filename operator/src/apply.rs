@@ -6,7 +6,9 @@
 //! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
 //! diffing against a cache that might be stale. The Deployment goes after the objects its pods
 //! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
-//! PodDisruptionBudget comes last, as nothing waits for it.
+//! PodDisruptionBudget comes last, as nothing waits for it. The source's entry in the namespace's
+//! register of reader accounts (build/reader_registry.rs) goes first, under the source's own field
+//! manager, so no reader runs before the admission policy holds it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -16,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::access::ApiCall;
-use crate::build::Children;
+use crate::build::{Children, reader_registry};
 use crate::error::Result;
 use crate::names::FIELD_MANAGER;
 
@@ -42,6 +44,9 @@ pub const API_CALLS: &[ApiCall] = &[
 /// Applies every child in its namespace; returns the Deployment as the server now has it (with
 /// its status, which the conditions read).
 pub async fn apply_children(client: &Client, children: &Children) -> Result<Deployment> {
+    // First: the admission policy holds the readers only once their account is registered.
+    let registry = &children.reader_registry;
+    apply_as(client, &registry.config_map, &registry.field_manager).await?;
     apply(client, &children.config_map).await?;
     if let Some(account) = &children.service_account {
         apply(client, account).await?;
@@ -53,7 +58,25 @@ pub async fn apply_children(client: &Client, children: &Children) -> Result<Depl
     Ok(deployment)
 }
 
+/// Withdraws a deleted source's entry from its namespace's register of reader accounts.
+pub async fn release_reader_registry(client: &Client, namespace: &str, source: &str) -> Result<()> {
+    let release = reader_registry::release(namespace);
+    apply_as(client, &release, &reader_registry::field_manager(source)).await?;
+    Ok(())
+}
+
 async fn apply<K>(client: &Client, object: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    apply_as(client, object, FIELD_MANAGER).await
+}
+
+async fn apply_as<K>(client: &Client, object: &K, manager: &str) -> Result<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -63,6 +86,6 @@ where
 {
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(manager).force();
     Ok(api.patch(&object.name_any(), &params, &Patch::Apply(object)).await?)
 }

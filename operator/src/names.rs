@@ -51,6 +51,11 @@ pub fn reader_name(source: &str) -> String {
     format!("{source}-reader")
 }
 
+/// The ConfigMap, one per namespace, that registers the reader ServiceAccounts of that namespace's
+/// sources for the admission policy (build/reader_registry.rs). The name is the policy binding's
+/// `paramRef.name` in deploy/policy/.
+pub const READER_REGISTRY: &str = "sluice-readers";
+
 /// `<source>-checkpoint`: written by the checkpoint coordinator, read by the readers.
 pub fn checkpoint_name(source: &str) -> String {
     format!("{source}-checkpoint")

@@ -28,7 +28,7 @@ use kube::runtime::finalizer::{Event as Lifecycle, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::{SqsSource, SqsSourceStatus};
 
-use crate::apply::apply_children;
+use crate::apply::{apply_children, release_reader_registry};
 use crate::backoff::Failures;
 use crate::build::build;
 use crate::conditions::{Computed, Outcome, checkpoint_not_applicable, compute, differs, owned_status};
@@ -106,6 +106,8 @@ async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> 
             Lifecycle::Apply(cached) => reconcile_source(&api, &cached, ctx).await,
             Lifecycle::Cleanup(gone) => {
                 tracing::info!(source = %object_key(gone.meta()), "deleted; the garbage collector removes its children");
+                // The register of reader accounts has no owner; the source's entry goes by hand.
+                release_reader_registry(&ctx.client, &namespace, &name).await?;
                 ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
                 Ok(Action::await_change())
             }

@@ -97,9 +97,22 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
     }
 }
 
-/// The six child applies, with the Deployment's config hash handed to `hash`.
+/// The source's entry in the register of reader accounts (the reader policy's parameter), applied
+/// under the source's own field manager; on deletion an empty one withdraws it.
+fn register_apply(registered: bool) -> Expect {
+    apply("/api/v1/namespaces/shop/configmaps/sluice-readers", move |b| {
+        assert_eq!(b["kind"], "ConfigMap");
+        let want = if registered { json!({"orders-reader": "orders"}) } else { Value::Null };
+        assert_eq!(b["data"], want, "{b}");
+        assert!(b["metadata"].get("ownerReferences").is_none(), "the register outlives a source: {b}");
+    })
+}
+
+/// The seven child applies (the register entry first), with the Deployment's config hash handed
+/// to `hash`.
 fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
     vec![
+        register_apply(true),
         apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
             assert_eq!(b["kind"], "ConfigMap");
             assert!(b["data"]["source.yaml"].as_str().is_some_and(|s| s.contains("kind: SqsSource")));
@@ -189,7 +202,7 @@ fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect>
             }));
             e
         }
-        Scenario::Deletion => vec![Expect::Finalizer { add: false }],
+        Scenario::Deletion => vec![register_apply(false), Expect::Finalizer { add: false }],
     }
 }
 
@@ -393,7 +406,7 @@ async fn create_applies_children_and_reports_ready() {
     let (action, bodies) =
         run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 9, "the read, six children, an event, the status");
+    assert_eq!(bodies.len(), 10, "the read, the register entry, six children, an event, the status");
 }
 
 #[tokio::test]
@@ -402,7 +415,11 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     let source = after_create(&created);
     let (action, bodies) = run(Scenario::NoOp, source, healthy_queue(), Some(hash_of(&created))).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 7, "the read and the six children: no event and no status write");
+    assert_eq!(
+        bodies.len(),
+        8,
+        "the read, the register entry and the six children: no event and no status write"
+    );
 }
 
 #[tokio::test]
@@ -436,7 +453,11 @@ async fn a_deleted_source_only_releases_its_finalizer_to_the_garbage_collector()
     let source = deleting(fixtures::source(fixtures::BASIC));
     let (action, bodies) = run(Scenario::Deletion, source, healthy_queue(), None).await;
     assert_eq!(action, Action::await_change());
-    assert_eq!(bodies.len(), 1, "one patch, no child, no status, no event");
+    assert_eq!(
+        bodies.len(),
+        2,
+        "the register entry withdrawn, the finalizer released: no child, no status, no event"
+    );
 }
 
 #[tokio::test]

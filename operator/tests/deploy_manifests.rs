@@ -101,10 +101,15 @@ fn the_eks_overlay_moves_the_readers_image_and_the_namespace_with_the_operator()
     );
     for doc in &docs {
         let kind = doc["kind"].as_str().unwrap_or_default();
-        let namespaced = !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind);
-        if namespaced {
-            assert_eq!(doc["metadata"]["namespace"], "sluice", "{kind} {}", doc["metadata"]["name"]);
-        }
+        let cluster_scoped = [
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ];
+        let want = if cluster_scoped.contains(&kind) { Value::Null } else { json!("sluice") };
+        assert_eq!(doc["metadata"]["namespace"], want, "{kind} {}", doc["metadata"]["name"]);
     }
     let binding = find(&docs, "ClusterRoleBinding", "sluice-operator");
     assert_eq!(binding["subjects"][0]["namespace"], "sluice");

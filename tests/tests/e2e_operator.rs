@@ -76,12 +76,23 @@ impl Scenario {
     }
 }
 
+/// The data of the register of reader accounts in the sources' namespace (`sluice-readers`).
+async fn registered_readers(system: &System) -> Result<std::collections::BTreeMap<String, String>> {
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(system.client.clone(), "default");
+    Ok(api.get_opt("sluice-readers").await?.and_then(|c| c.data).unwrap_or_default())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_starts_readers_that_deliver_5000_messages_then_delete_removes_everything() -> Result<()> {
     let s = scenario("e2e-apply").await?;
     s.system.apply_source(&source_yaml("orders", &s, 2, 2)).await?;
     s.system.wait_ready_readers("orders", 2, Duration::from_secs(60)).await?;
     println!("readers running: {}", s.system.running_readers("orders").len());
+    // The readers' account is in the namespace's register, the reader policy's parameter.
+    let registered = registered_readers(&s.system).await?;
+    println!("sluice-readers: {registered:?}");
+    assert_eq!(registered.get("orders-reader").map(String::as_str), Some("orders"), "{registered:?}");
     s.queue.send_batch(5000).await?;
     s.expect_all_delivered(5000, Duration::from_secs(180)).await?;
 
@@ -89,8 +100,12 @@ async fn apply_starts_readers_that_deliver_5000_messages_then_delete_removes_eve
     poll::until(Duration::from_secs(60), Duration::from_millis(250), || async {
         let gone = s.system.reader_deployment("orders").await?.is_none();
         let processes = s.system.running_readers("orders").len();
-        Ok(Check::met_if(gone && processes == 0, || {
-            format!("after deleting the source: deployment gone={gone}, reader processes={processes}")
+        let unregistered = !registered_readers(&s.system).await?.contains_key("orders-reader");
+        Ok(Check::met_if(gone && processes == 0 && unregistered, || {
+            format!(
+                "after deleting the source: deployment gone={gone}, reader processes={processes}, \
+                 account unregistered={unregistered}"
+            )
         }))
     })
     .await?;

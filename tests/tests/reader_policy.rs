@@ -12,6 +12,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, lease_configmap_name};
+use sluice_tests::controlplane::admission::policy::ParamKind;
 use sluice_tests::controlplane::admission::{Operation, Request, UserInfo, evaluate};
 use sluice_tests::controlplane::registry::Registry;
 use sluice_tests::controlplane::sluice::{install_reader_policy, reader_policy_documents};
@@ -54,8 +55,29 @@ fn config_map(name: &str) -> Value {
         "data": {"openEpoch": "9", "committedEpoch": "9"}})
 }
 
-/// Evaluates the shipped policy for one ConfigMap write: `Ok` or the denial message.
+/// The register of reader accounts the operator writes in a namespace with sources
+/// (operator/src/build/reader_registry.rs): ServiceAccount name -> source.
+const REGISTER: &str = "sluice-readers";
+
+fn register() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": REGISTER, "namespace": NS},
+        "data": {format!("{SOURCE}-reader"): SOURCE, "payments-reader": "payments"}})
+}
+
+/// Evaluates the shipped policy for one ConfigMap write in NS, where the register exists.
 fn admit(
+    user: &UserInfo,
+    operation: Operation,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), String> {
+    admit_in(NS, user, operation, object, old)
+}
+
+/// Evaluates the shipped policy for one ConfigMap write in `namespace`: `Ok` or the denial message.
+/// Only NS has a register of reader accounts.
+fn admit_in(
+    namespace: &str,
     user: &UserInfo,
     operation: Operation,
     object: Option<&Value>,
@@ -66,20 +88,20 @@ fn admit(
     let docs = reader_policy_documents().unwrap();
     let of_kind = |k: &str| docs.iter().filter(|d| d["kind"] == k).cloned().collect::<Vec<_>>();
     let name = object.or(old).and_then(|o| o.pointer("/metadata/name")).and_then(Value::as_str).unwrap();
-    let request = Request {
-        resource: rt,
-        subresource: "",
-        operation,
-        namespace: NS,
-        name,
-        object,
-        old_object: old,
-        user,
-    };
+    let request =
+        Request { resource: rt, subresource: "", operation, namespace, name, object, old_object: old, user };
     let (policies, bindings) =
         (of_kind("ValidatingAdmissionPolicy"), of_kind("ValidatingAdmissionPolicyBinding"));
     assert_eq!((policies.len(), bindings.len()), (1, 1), "deploy/policy ships one policy and one binding");
-    evaluate(&policies, &bindings, &request).map_err(|e| e.message)
+    let params = |kind: &ParamKind, ns: &str, name: &str| {
+        assert_eq!(
+            (kind.api_version.as_str(), kind.kind.as_str()),
+            ("v1", "ConfigMap"),
+            "the parameter kind"
+        );
+        (ns == NS && name == REGISTER).then(register)
+    };
+    evaluate(&policies, &bindings, &request, &params).map_err(|e| e.message)
 }
 
 fn denied_by(result: Result<(), String>, rule: &str) {
@@ -140,6 +162,38 @@ fn the_shipped_policy_lets_a_reader_write_its_own_lease_and_nothing_else() {
     assert_eq!(admit(&app, Operation::Update, Some(&unrelated), Some(&unrelated)), Ok(()));
 }
 
+#[test]
+fn the_policy_holds_registered_readers_only() {
+    // An application's account named like a reader, in the namespace of a source: not registered.
+    let metrics = UserInfo {
+        username: format!("system:serviceaccount:{NS}:metrics-reader"),
+        ..reader(SOURCE, Some(POD))
+    };
+    let settings = config_map("metrics-settings");
+    assert_eq!(admit(&metrics, Operation::Create, Some(&settings), None), Ok(()));
+    assert_eq!(admit(&metrics, Operation::Update, Some(&settings), Some(&settings)), Ok(()));
+    assert_eq!(admit(&metrics, Operation::Delete, None, Some(&settings)), Ok(()));
+
+    // The same name in a namespace without sources (no register there): the binding allows.
+    let elsewhere = UserInfo {
+        username: "system:serviceaccount:monitoring:metrics-reader".into(),
+        ..reader(SOURCE, Some(POD))
+    };
+    let mut there = settings.clone();
+    there["metadata"]["namespace"] = json!("monitoring");
+    assert_eq!(admit_in("monitoring", &elsewhere, Operation::Update, Some(&there), Some(&there)), Ok(()));
+
+    // A registered reader cannot edit the register (to drop itself, or to hold someone else).
+    let me = reader(SOURCE, Some(POD));
+    let mut edited = register();
+    edited["data"] = json!({});
+    denied_by(admit(&me, Operation::Update, Some(&edited), Some(&register())), "register-is-operator-only");
+
+    // A registered account of another source is held to that source's leases.
+    let payments = UserInfo { username: format!("system:serviceaccount:{NS}:payments-reader"), ..me.clone() };
+    denied_by(admit(&payments, Operation::Create, Some(&lease(SOURCE, POD)), None), "own-lease-only");
+}
+
 /// A kube client that authenticates with `token`, through a kubeconfig as a pod would.
 async fn client_with_token(url: &str, token: &str, dir: &Path) -> kube::Client {
     let token_file = dir.join("token");
@@ -185,7 +239,73 @@ async fn control_plane() -> (ControlPlane, kube::Client, String) {
         .await
         .unwrap();
     let owner_uid = owner.metadata.uid.expect("a created object has a uid");
+    // The register of reader accounts, as the operator applies it before any reader runs.
+    let as_operator = PatchParams::apply(&format!("sluice-operator/{SOURCE}")).force();
+    config_maps.patch(REGISTER, &as_operator, &Patch::Apply(register())).await.unwrap();
     (cp, admin, owner_uid)
+}
+
+/// A token for `account` in `namespace` bound to pod `pod`, as the kubelet mounts it.
+async fn pod_token(admin: &kube::Client, namespace: &str, account: &str, pod: &str) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    if accounts.get_opt(account).await.unwrap().is_none() {
+        let created = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}});
+        accounts.create(&PostParams::default(), &serde_json::from_value(created).unwrap()).await.unwrap();
+    }
+    let bound =
+        BoundObjectReference { kind: Some("Pod".into()), name: Some(pod.into()), ..Default::default() };
+    let request = TokenRequest {
+        spec: TokenRequestSpec { bound_object_ref: Some(bound), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let issued = accounts.create_token_request(account, &PostParams::default(), &request).await.unwrap();
+    issued.status.expect("a token request is answered with a token").token
+}
+
+#[tokio::test]
+async fn an_unrelated_metrics_reader_keeps_its_config_map_writes_while_readers_stay_held() {
+    let (cp, admin, owner_uid) = control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // `metrics-reader` in a namespace without sources, and in the sources' namespace: neither is in a
+    // register, so each creates and updates its ConfigMaps as RBAC alone allows.
+    for namespace in ["monitoring", NS] {
+        let token = pod_token(&admin, namespace, "metrics-reader", "metrics-reader-6b7c8d9e0f-kq2lp").await;
+        let sub = dir.path().join(namespace);
+        std::fs::create_dir_all(&sub).unwrap();
+        let client = client_with_token(&cp.url(), &token, &sub).await;
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        let mut settings = config_map("metrics-settings");
+        settings["metadata"]["namespace"] = json!(namespace);
+        let created = api.create(&PostParams::default(), &serde_json::from_value(settings).unwrap()).await;
+        let created = created.unwrap_or_else(|e| panic!("metrics-reader in {namespace} may create: {e}"));
+        let mut updated = created.clone();
+        updated.data.get_or_insert_default().insert("scrapeInterval".into(), "15s".into());
+        let replaced = api.replace("metrics-settings", &PostParams::default(), &updated).await;
+        let replaced = replaced.unwrap_or_else(|e| panic!("metrics-reader in {namespace} may update: {e}"));
+        assert_eq!(replaced.data.unwrap()["scrapeInterval"], "15s");
+        println!("metrics-reader in {namespace}: created and updated ConfigMap metrics-settings");
+    }
+
+    // The registered reader is still held to its own lease, and cannot touch the register.
+    let token = pod_token(&admin, NS, &format!("{SOURCE}-reader"), POD).await;
+    let reader = client_with_token(&cp.url(), &token, dir.path()).await;
+    let as_reader: Api<ConfigMap> = Api::namespaced(reader, NS);
+    let own: ConfigMap = serde_json::from_value(live_lease(SOURCE, POD, &owner_uid)).unwrap();
+    as_reader.create(&PostParams::default(), &own).await.unwrap();
+    let e = api_error(
+        as_reader.create(&PostParams::default(), &serde_json::from_value(config_map("x")).unwrap()).await,
+    );
+    assert!(e.message.contains("rule own-lease-only:"), "{}", e.message);
+    let e = api_error(
+        as_reader
+            .patch(REGISTER, &PatchParams::default(), &Patch::Merge(json!({"data": {"metrics-reader": "x"}})))
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"), "{}", e.message);
+    assert!(e.message.contains("rule register-is-operator-only:"), "{}", e.message);
+    println!("{SOURCE}-reader: own lease written; other ConfigMaps and the register refused");
+    cp.shutdown().await.unwrap();
 }
 
 /// `lease(source, pod)` owned by the live object `owner_uid`.

@@ -10,6 +10,7 @@ mod disruption;
 mod grace;
 pub mod pod_shape;
 pub mod rbac;
+pub mod reader_registry;
 pub mod service_account;
 pub mod sink_secrets;
 
@@ -33,6 +34,9 @@ use crate::validate::Validated;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     pub config_map: ConfigMap,
+    /// This source's entry in the namespace's register of reader accounts (`sluice-readers`),
+    /// applied under the source's own field manager.
+    pub reader_registry: reader_registry::Entry,
     /// `None` when the source runs as an existing ServiceAccount (`spec.reader.serviceAccount`).
     pub service_account: Option<ServiceAccount>,
     pub role: Role,
@@ -57,6 +61,7 @@ pub fn build(valid: &Validated<'_>) -> Result<Children> {
     service_account::bind_to_account(&mut role_binding, &service_account::account_name(valid));
     Ok(Children {
         config_map: config::config_map(valid, &owner, rendered),
+        reader_registry: reader_registry::entry(valid),
         service_account: service_account::service_account(valid, &owner),
         role: rbac::role(valid, &owner),
         role_binding,

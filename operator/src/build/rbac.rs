@@ -14,16 +14,15 @@
 //! (deploy/policy/, installed with the operator) does: a reader may create, update or patch only
 //! its own lease, labelled as a lease of its source and owned by that SqsSource alone, and nothing
 //! else; above all not the checkpoint ConfigMap, which only the operator writes (a forged commit
-//! would let readers delete undelivered messages). How the policy knows a reader: by the
-//! ServiceAccount name `<source>-reader` that `service_account` gives it. That name is the only
-//! part of a request that the API server authenticates and a policy can see, and it also says which
-//! source, hence which lease prefix, the caller has; the pod comes from the pod-bound token
+//! would let readers delete undelivered messages). How the policy knows a reader: by the register
+//! of reader accounts the operator writes in the namespace, the ConfigMap `sluice-readers`
+//! (`reader_registry`), which names this ServiceAccount and its source; the policy reads it as its
+//! parameter, so only accounts the operator registered are held, and unrelated accounts (any
+//! `metrics-reader`) are not. The pod comes from the pod-bound token
 //! (`userInfo.extra["authentication.kubernetes.io/pod-name"]`), so the caller's own lease is
-//! `<source>-lease-<pod>` and a peer's lease is not. The alternatives fail: labels on the
-//! ServiceAccount or the pod are invisible to admission, labels on the written object are chosen
-//! by the writer, and the namespace is shared with applications. The price: any ServiceAccount
-//! named `*-reader` is held to the reader rules for ConfigMap writes; exempt namespaces with a
-//! `namespaceSelector` on the binding if that bites (deploy/README.md).
+//! `<source>-lease-<pod>` and a peer's lease is not. Labels on the ServiceAccount or the pod are
+//! invisible to admission and labels on the written object are chosen by the writer, hence a
+//! register (deploy/README.md, "The reader policy").
 //!
 //! The operator can create this Role only because it holds every permission the Role grants
 //! (Kubernetes' escalation check); `tests/rbac_trace.rs` checks that too.

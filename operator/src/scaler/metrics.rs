@@ -43,6 +43,7 @@ pub struct Metrics {
     desired: Family<SourceLabels, Gauge>,
     changes: Family<ChangeLabels, Counter>,
     poll_errors: Family<SourceLabels, Counter>,
+    queue_read_errors: Family<SourceLabels, Counter>,
 }
 
 impl Metrics {
@@ -95,6 +96,11 @@ impl Metrics {
             "Intervals without a decision because an input could not be read",
             metrics.poll_errors.clone(),
         );
+        r.register(
+            "queue_read_errors",
+            "Intervals in which the queue attributes (GetQueueAttributes) could not be read",
+            metrics.queue_read_errors.clone(),
+        );
         metrics
     }
 
@@ -122,6 +128,15 @@ impl Metrics {
                 reason: reason.to_owned(),
             };
             self.changes.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Counts an interval whose queue read failed. Called after every interval, so the series
+    /// exists (at 0) from a source's first poll and an alert on its increase sees it start.
+    pub fn queue_read(&self, labels: &SourceLabels, failed: bool) {
+        let counter = self.queue_read_errors.get_or_create(labels);
+        if failed {
+            counter.inc();
         }
     }
 

@@ -246,7 +246,10 @@ pub async fn run_source(
     while let Some(source) = store.get(&key) {
         let started = tokio::time::Instant::now();
         let source_labels = labels_of(&source);
-        match tick(&ctx, &source, &mut state, Timestamp::now()).await {
+        let outcome = tick(&ctx, &source, &mut state, Timestamp::now()).await;
+        // The scaler is blind while this fails (SluiceScalerBlind in deploy/observability/).
+        ctx.metrics.queue_read(&source_labels, matches!(outcome, Err(TickError::Queue(_))));
+        match outcome {
             Ok(Tick::NoDeployment) => {
                 tracing::debug!("reader deployment not there yet");
             }

@@ -26,11 +26,13 @@ pub struct Activation {
 }
 
 impl Activation {
-    /// Binds `object`, `oldObject` (JSON null when absent) and `request`.
-    pub fn new(object: &Value, old_object: &Value, request: &Value) -> Result<Self, String> {
+    /// Binds `object`, `oldObject` (JSON null when absent), `request` and `params` (the binding's
+    /// parameter object, JSON null when the policy takes none).
+    pub fn new(object: &Value, old_object: &Value, request: &Value, params: &Value) -> Result<Self, String> {
         let mut context = Context::default();
         context.register_all();
-        for (name, value) in [("object", object), ("oldObject", old_object), ("request", request)] {
+        let bound = [("object", object), ("oldObject", old_object), ("request", request), ("params", params)];
+        for (name, value) in bound {
             context.add_variable(name, value).map_err(|e| format!("cannot bind {name}: {e}"))?;
         }
         let mut activation = Self { context, variables: HashMap::new() };
@@ -116,11 +118,19 @@ mod tests {
     fn variables_requests_and_kubernetes_string_functions_evaluate() {
         let request = json!({"userInfo": {"username": "system:serviceaccount:ns:orders-reader",
             "extra": {"authentication.kubernetes.io/pod-name": ["orders-reader-x"]}}, "name": "a"});
-        let mut a = Activation::new(&json!({"metadata": {"name": "a"}}), &Value::Null, &request).unwrap();
+        let mut a = Activation::new(
+            &json!({"metadata": {"name": "a"}}),
+            &Value::Null,
+            &request,
+            &json!({"data": {"orders-reader": "orders"}}),
+        )
+        .unwrap();
         a.define("sa", "request.userInfo.username.split(':')[3]");
         a.define("source", "variables.sa.substring(0, size(variables.sa) - size('-reader'))");
         a.define("broken", "request.nope.deeper");
         assert!(a.check("variables.source == 'orders'").unwrap());
+        assert!(a.check("variables.sa in params.data && params.data[variables.sa] == 'orders'").unwrap());
+        assert!(a.check("!('metrics-reader' in params.data)").unwrap());
         assert!(a.check("'authentication.kubernetes.io/pod-name' in request.userInfo.extra").unwrap());
         assert!(a.check("oldObject == null && object.metadata.name == request.name").unwrap());
         assert_eq!(a.string("'lease of ' + variables.source").unwrap(), "lease of orders");

@@ -4,12 +4,21 @@ use serde_json::Value;
 
 use super::Request;
 use super::cel::Activation;
-use super::policy::{BindingSpec, Object, PolicySpec, Target, read};
+use super::policy::{BindingSpec, Object, ParamKind, PolicySpec, Target, read};
 use crate::controlplane::error::{ApiError, Cause, Result};
 
+/// Finds a parameter object: its kind, namespace (empty for a cluster-scoped kind) and name.
+pub type ParamLookup<'a> = dyn Fn(&ParamKind, &str, &str) -> Option<Value> + 'a;
+
 /// Admits `request` against stored `policies` and `bindings` (JSON objects as the store keeps them):
-/// `Ok` unless a binding with the `Deny` action binds a policy that refuses it.
-pub fn evaluate(policies: &[Value], bindings: &[Value], request: &Request<'_>) -> Result<()> {
+/// `Ok` unless a binding with the `Deny` action binds a policy that refuses it. `params` finds the
+/// parameter object a binding's `paramRef` names.
+pub fn evaluate(
+    policies: &[Value],
+    bindings: &[Value],
+    request: &Request<'_>,
+    params: &ParamLookup<'_>,
+) -> Result<()> {
     let resource = request.resource_path();
     let target = Target {
         group: &request.resource.group,
@@ -45,9 +54,16 @@ pub fn evaluate(policies: &[Value], bindings: &[Value], request: &Request<'_>) -
         if !policy.spec.match_constraints.matches(&target) {
             continue;
         }
-        // Fresh per policy: `variables` are the policy's own.
-        let mut activation = bind(request)?;
-        let Some(refusal) = decide(&policy, &mut activation) else { continue };
+        let refusal = match param(&policy.spec, &binding.spec, request, params) {
+            Param::NotFoundAllowed => continue,
+            Param::Refused(refusal) => Some(refusal),
+            Param::Found(value) => {
+                // Fresh per policy: `variables` are the policy's own.
+                let mut activation = bind(request, &value)?;
+                decide(&policy, &mut activation)
+            }
+        };
+        let Some(refusal) = refusal else { continue };
         let message = format!(
             "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {}",
             policy.name, binding.name, refusal.message
@@ -61,17 +77,71 @@ pub fn evaluate(policies: &[Value], bindings: &[Value], request: &Request<'_>) -
     Ok(())
 }
 
-/// The variables of a request.
-fn bind(request: &Request<'_>) -> Result<Activation> {
+/// What a binding's `paramRef` gives the policy.
+enum Param {
+    /// The parameter object (`null` for a policy without `paramKind`).
+    Found(Value),
+    /// None found, and the binding says `parameterNotFoundAction: Allow`.
+    NotFoundAllowed,
+    /// None found and the binding denies, or the reference cannot be followed.
+    Refused(Refusal),
+}
+
+/// Follows a binding's `paramRef` as the API server does: the named object of the policy's
+/// `paramKind`, in the reference's namespace or else in the request's.
+fn param(
+    policy: &PolicySpec,
+    binding: &BindingSpec,
+    request: &Request<'_>,
+    params: &ParamLookup<'_>,
+) -> Param {
+    let Some(kind) = &policy.param_kind else { return Param::Found(Value::Null) };
+    let fail_closed = policy.failure_policy.as_deref() != Some("Ignore");
+    let failure = |message: String| {
+        if fail_closed {
+            Param::Refused(Refusal { reason: "Invalid".to_owned(), message })
+        } else {
+            Param::NotFoundAllowed
+        }
+    };
+    let Some(reference) = &binding.param_ref else {
+        return failure(format!(
+            "the policy takes a {} parameter but the binding has no paramRef",
+            kind.kind
+        ));
+    };
+    let (Some(name), None) = (&reference.name, &reference.selector) else {
+        return failure(
+            "paramRef.selector is not supported by the local control plane; name the parameter".into(),
+        );
+    };
+    let namespace = reference.namespace.as_deref().unwrap_or(request.namespace);
+    match params(kind, namespace, name) {
+        Some(found) => Param::Found(found),
+        None if reference.parameter_not_found_action.as_deref() == Some("Allow") => Param::NotFoundAllowed,
+        None => Param::Refused(Refusal {
+            reason: "Invalid".to_owned(),
+            message: "no params found for policy binding with `Deny` parameterNotFoundAction".to_owned(),
+        }),
+    }
+}
+
+/// The variables of a request, with the parameter object as `params`.
+fn bind(request: &Request<'_>, params: &Value) -> Result<Activation> {
     let null = Value::Null;
-    Activation::new(request.object.unwrap_or(&null), request.old_object.unwrap_or(&null), &request.variable())
-        .map_err(|e| ApiError {
-            code: 500,
-            reason: "InternalError",
-            message: e,
-            causes: Vec::new(),
-            subject: None,
-        })
+    Activation::new(
+        request.object.unwrap_or(&null),
+        request.old_object.unwrap_or(&null),
+        &request.variable(),
+        params,
+    )
+    .map_err(|e| ApiError {
+        code: 500,
+        reason: "InternalError",
+        message: e,
+        causes: Vec::new(),
+        subject: None,
+    })
 }
 
 /// Why a policy refuses a request.
@@ -85,9 +155,6 @@ fn decide(policy: &Object<PolicySpec>, activation: &mut Activation) -> Option<Re
     let spec = &policy.spec;
     let fail_closed = spec.failure_policy.as_deref() != Some("Ignore");
     let failure = |message: String| fail_closed.then(|| Refusal { reason: "Invalid".to_owned(), message });
-    if spec.param_kind.is_some() {
-        return failure("policy parameters (paramKind) are not supported by the local control plane".into());
-    }
     let mut condition_error = None;
     for condition in &spec.match_conditions {
         match activation.check(&condition.expression) {

@@ -15,8 +15,11 @@
 //! `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with binding
 //! '<binding>' denied request: <message>`, with the code of the reason (422 by default).
 //!
-//! Not reproduced: `params` (`paramKind`/`paramRef`: such a policy fails per its `failurePolicy`),
-//! `namespaceObject`, `authorizer`, namespace and object selectors (a binding applies to every
+//! Parameters: a policy's `paramKind` and a binding's `paramRef` by `name` (in `paramRef.namespace`,
+//! or else the request's namespace), with `parameterNotFoundAction`; the object is `params` in CEL.
+//!
+//! Not reproduced: parameters selected by label (`paramRef.selector`: such a binding fails per
+//! `failurePolicy`), `namespaceObject`, `authorizer`, namespace and object selectors (a binding applies to every
 //! namespace), `auditAnnotations`, policy status and type checking, CEL cost limits, mutating
 //! policies and webhooks. Writes the control plane makes itself (garbage collection) are not
 //! admitted, as in a cluster.
@@ -29,7 +32,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-pub use evaluate::evaluate;
+pub use evaluate::{ParamLookup, evaluate};
 
 use super::error::Result;
 use super::registry::ResourceType;
@@ -187,6 +190,10 @@ impl Store {
             old_object,
             user: &self.user,
         };
-        evaluate(&policies, &bindings, &request)
+        let params = |kind: &policy::ParamKind, namespace: &str, name: &str| {
+            let rt = self.registry().find_kind(kind.group(), &kind.kind)?;
+            self.get(rt, namespace, name).ok()
+        };
+        evaluate(&policies, &bindings, &request, &params)
     }
 }

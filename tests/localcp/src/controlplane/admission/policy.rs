@@ -16,8 +16,36 @@ pub struct PolicySpec {
     pub match_conditions: Vec<Named>,
     pub variables: Vec<Named>,
     pub validations: Vec<Validation>,
-    /// Parameter resources are not supported: a policy that names one fails per `failurePolicy`.
-    pub param_kind: Option<Value>,
+    /// The kind of the parameter resource its bindings name with `paramRef`.
+    pub param_kind: Option<ParamKind>,
+}
+
+/// `paramKind` of a policy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParamKind {
+    pub api_version: String,
+    pub kind: String,
+}
+
+impl ParamKind {
+    /// The API group (`""` for the core group of `v1`).
+    pub fn group(&self) -> &str {
+        self.api_version.rsplit_once('/').map_or("", |(group, _)| group)
+    }
+}
+
+/// `paramRef` of a binding: which parameter object its policy is evaluated with.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParamRef {
+    pub name: Option<String>,
+    /// Unset: the namespace of the request (for a namespaced parameter kind).
+    pub namespace: Option<String>,
+    /// Not reproduced: a binding that selects parameters by label fails per `failurePolicy`.
+    pub selector: Option<Value>,
+    /// `Allow`: no parameter object means the binding allows the request; `Deny` (the default) refuses.
+    pub parameter_not_found_action: Option<String>,
 }
 
 /// `matchConstraints` (of a policy) or `matchResources` (of a binding).
@@ -66,6 +94,7 @@ pub struct BindingSpec {
     /// `Deny`, `Warn`, `Audit`: only `Deny` refuses the request; the others are logged.
     pub validation_actions: Vec<String>,
     pub match_resources: Option<MatchResources>,
+    pub param_ref: Option<ParamRef>,
 }
 
 /// A policy or binding with its name.
