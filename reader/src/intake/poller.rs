@@ -23,7 +23,7 @@ use super::receive::{random_attempt_id, receive_once};
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::{Item, Verdict};
-use crate::payload::{Resolution, Resolver, pointer};
+use crate::payload::{Resolution, Resolver, hold, pointer};
 use crate::process::backoff::backoff;
 use crate::process::metrics::queue_name;
 use crate::process::stop::Stop;
@@ -315,8 +315,10 @@ impl Poller {
         self.resolve(resolver, decoded).await
     }
 
-    /// Fetch the payloads S3 notifications and Extended Client pointers name. A TestEvent (deleted)
-    /// and a fetch to retry later (released) are settled here and go no further; what a decode
+    /// Fetch the payloads S3 notifications and Extended Client pointers name. A fetch that fails
+    /// for S3's fault holds the message here, and with it this poller's receiving, until S3
+    /// answers (`payload::hold`: why here and not in a delivery task). A TestEvent (deleted) and a
+    /// message handed back by a stop (released) are settled here and go no further; what a decode
     /// already found poison is not resolved.
     async fn resolve(
         &self,
@@ -325,6 +327,7 @@ impl Poller {
     ) -> (Vec<Ticket>, Vec<Item>) {
         let metrics = self.pipeline.metrics();
         let objects = self.pipeline.acker().objects();
+        let (stop, received) = (self.pipeline.stop(), Instant::now());
         let resolved =
             futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
                 match poison {
@@ -333,7 +336,8 @@ impl Poller {
                         // Read before the fetch replaces the body: the object to delete with the message.
                         let object =
                             objects.and_then(|_| pointer::parse(&record.body, &record.message_attributes));
-                        (ticket, Ok((resolver.resolve(record).await, object)))
+                        let resolution = hold::resolve(resolver, record, received, stop, metrics).await;
+                        (ticket, Ok((resolution, object)))
                     }
                 }
             }))
@@ -365,9 +369,8 @@ impl Poller {
                 Resolution::Acknowledge(record) => {
                     (Item { record: Arc::new(record), poison: None }, Some(Verdict::Delete))
                 }
-                Resolution::Release(record, reason) => {
-                    metrics.error("payload", "fetch_failed");
-                    crate::payload::warn("failed", &format!("{reason}; the message goes back to the queue"));
+                // Held until the reader stopped (or nearly SQS's visibility cap): `hold` said so.
+                Resolution::Release(record, _) => {
                     (Item { record: Arc::new(record), poison: None }, Some(Verdict::Release))
                 }
             };

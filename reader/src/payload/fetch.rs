@@ -21,7 +21,8 @@ use super::stream::{ObjectRef, StreamSource, StreamedObject};
 use crate::aws::describe;
 use crate::process::backoff::backoff;
 
-/// Attempts of one fetch before the message is released to be tried again later.
+/// Attempts of one fetch before it counts as failed (the message is then held and fetched again:
+/// `hold`).
 const ATTEMPTS: usize = 4;
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const LONGEST_RETRY: Duration = Duration::from_secs(5);
@@ -253,9 +254,15 @@ where
                 attempt += 1;
             }
             Err(FetchError::Transient(reason)) => {
-                return Err(FetchError::Transient(format!("{reason} (gave up after {attempt} attempts)")));
+                let reason = format!("{reason} (gave up after {attempt} attempts)");
+                super::health::failed(&reason);
+                return Err(FetchError::Transient(reason));
             }
-            other => return other,
+            other => {
+                // The object or a permanent refusal: either way S3 answered.
+                super::health::answered();
+                return other;
+            }
         }
     }
 }

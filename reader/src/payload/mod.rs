@@ -25,6 +25,8 @@ use crate::record::{Payload, Record};
 pub mod cleanup;
 mod cleanup_task;
 pub mod fetch;
+pub mod health;
+pub mod hold;
 pub mod notification;
 pub mod pointer;
 pub mod stream;
@@ -52,7 +54,9 @@ pub enum Resolution {
     Poison(Record, String),
     /// Delete it without delivery (`s3:TestEvent`).
     Acknowledge(Record),
-    /// A transient failure outlasted the retries: back to the queue, to be tried later.
+    /// A transient failure outlasted the fetch's own few retries. `hold::resolve` retries such a
+    /// message in-process and answers this only when the reader stops (or the hold nears SQS's
+    /// 12 h visibility cap): the message then goes back to the queue.
     Release(Record, String),
 }
 
@@ -265,7 +269,7 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
 
 static PAYLOAD_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
 
-/// A fetch failed for `reason` (`kind`: `failed`, to be tried later; `unreadable`, dead-lettered;
+/// A fetch failed for `reason` (`kind`: `failed`, held and fetched again; `unreadable`, dead-lettered;
 /// `resumed`, a streamed read cut midway and read on):
 /// a WARN line if one is due (at most one per kind per `warnings::WINDOW`, with the count).
 pub fn warn(kind: &'static str, reason: &str) {

@@ -12,6 +12,17 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use tokio_util::sync::CancellationToken;
 
+/// The first wait before a held message is tried again (its delivery failed for a sink's fault,
+/// or its payload's fetch failed for S3's), doubling (jittered) to the longest: a message held
+/// for a fault that is not its own is retried in-process, never spending an SQS receive.
+pub const FIRST_HOLD_RETRY: Duration = Duration::from_secs(1);
+pub const LONGEST_HOLD_RETRY: Duration = Duration::from_secs(30);
+
+/// The delays between a held message's attempts (see [`FIRST_HOLD_RETRY`]), without end.
+pub fn hold_backoff() -> impl Iterator<Item = Duration> + Send {
+    backoff(FIRST_HOLD_RETRY, LONGEST_HOLD_RETRY)
+}
+
 /// Delays from `first`, doubling up to `largest`, jittered, without end.
 pub fn backoff(first: Duration, largest: Duration) -> impl Iterator<Item = Duration> + Send {
     builder(first, largest).without_max_times().build()

@@ -248,8 +248,9 @@ async fn connect_queues(
     }
 }
 
-/// Every second: not ready while deliveries fail and none succeeded for `after`, or while a target
-/// is missing (`targets`); ready again on the next success. Leaves readiness alone once the reader stops (the drain owns it then).
+/// Every second: not ready while deliveries fail and none succeeded for `after`, while payload
+/// fetches fail and S3 has not answered for `after` (`payload::health`), or while a target is
+/// missing (`targets`); ready again on the next success. Leaves readiness alone once the reader stops (the drain owns it then).
 fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
     sink::health::set_unready_after(after);
     tokio::spawn(async move {
@@ -259,13 +260,20 @@ fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 () = stop.stopped() => return,
             }
-            let stalled = sink::health::stalled() || super::targets::missing();
+            let fetches_failing = payload::health::stalled();
+            let stalled = sink::health::stalled() || super::targets::missing() || fetches_failing;
             if stalled != was_stalled {
                 if super::targets::missing() {
                     // `targets` said which one, and says when it is found.
                 } else if stalled && sink::circuit::any_open() {
                     // `sink::circuit` said which sink, and says when it closes.
                     tracing::warn!("a sink's circuit is open: not ready");
+                } else if stalled && fetches_failing {
+                    tracing::warn!(
+                        seconds = after.as_secs(),
+                        "payload fetches from S3 have failed for {} s without an answer: messages are held; not ready",
+                        after.as_secs()
+                    );
                 } else if stalled {
                     tracing::warn!(
                         seconds = after.as_secs(),
@@ -273,7 +281,7 @@ fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
                         after.as_secs()
                     );
                 } else {
-                    tracing::info!("deliveries succeed and every target is found: ready");
+                    tracing::info!("deliveries and fetches succeed and every target is found: ready");
                 }
                 admin.set_ready(!stalled);
                 was_stalled = stalled;

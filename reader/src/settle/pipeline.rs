@@ -21,16 +21,13 @@ use super::gate::Gate;
 use super::held::Claim;
 use super::ledger::{Ledger, Tag, Ticket};
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
-use crate::process::backoff::backoff;
+use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
 use crate::process::error::Error;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::sink::Sinks;
 use crate::sink::circuit::{self, Turn};
 
-/// The first wait before a held message is delivered again, doubling (jittered) to the longest.
-const FIRST_HOLD_RETRY: Duration = Duration::from_secs(1);
-const LONGEST_HOLD_RETRY: Duration = Duration::from_secs(30);
 /// How long a message may be held since its receive before it is handed back: SQS refuses to
 /// keep a message invisible past 12 h from its receive, so the reader gives it back while it can
 /// still choose when (with a 30 min margin for the extensions and the hand-back itself).
@@ -146,7 +143,7 @@ impl Pipeline {
             let received = Instant::now();
             let mut claim = claim;
             let mut pending: Vec<usize> = (0..items.len()).collect();
-            let mut delays = backoff(FIRST_HOLD_RETRY, LONGEST_HOLD_RETRY);
+            let mut delays = hold_backoff();
             let mut delay = Duration::ZERO;
             while !pending.is_empty() {
                 let targets = pipeline.dispatcher.target_names(pending.iter().map(|&i| &items[i]));

@@ -117,7 +117,7 @@ pub fn set_unready_after(after: Duration) {
     *UNREADY_AFTER.lock().unwrap_or_else(|e| e.into_inner()) = after;
 }
 
-fn unready_after() -> Duration {
+pub(crate) fn unready_after() -> Duration {
     *UNREADY_AFTER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
