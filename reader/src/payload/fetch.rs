@@ -59,7 +59,7 @@ pub enum Fetched {
 pub enum FetchError {
     /// Missing, denied or too large: the message goes to the dead-letter sink with this reason.
     Permanent(String),
-    /// Still failing after the retries: the message goes back to the queue for later.
+    /// Still failing after the retries: the message is held and fetched again (`payload::hold`).
     Transient(String),
 }
 
