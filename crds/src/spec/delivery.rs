@@ -45,7 +45,9 @@ pub struct DeliverySpec {
     #[serde(default)]
     pub fail_on_error: bool,
     /// How failed sink deliveries are retried. Default: exponential, 5 attempts, 100 ms to 10 s,
-    /// jitter, 60 s overall.
+    /// jitter, 60 s overall. When the attempts run out on a fault of the sink's (refused, timeout,
+    /// 5xx, 408, 429, AWS throttling), the message is held, invisible, and delivered again in
+    /// rounds (1 s doubling to 30 s) while the reader runs; it never goes back to the queue for it.
     #[serde(default)]
     pub retry: RetrySpec,
     /// Seconds without a successful delivery, while deliveries fail, after which a reader
@@ -85,7 +87,11 @@ pub enum RetryStrategy {
     Exponential,
 }
 
-/// Retry policy for sink deliveries.
+/// Retry policy for sink deliveries: the attempts a sink makes for one delivery. When they run out
+/// on a fault of the sink's (refused, timeout, 5xx, 408, 429, AWS throttling), the message is not
+/// handed back: the reader holds it, invisible, and delivers it again in rounds (1 s doubling to
+/// 30 s) while the reader runs, its sink's circuit pausing receiving meanwhile. Only a rejection of
+/// the message itself (another 4xx, a body too large) takes the dead-letter route.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.maxDelayMs >= self.initialDelayMs")
     .field_path(".maxDelayMs")
