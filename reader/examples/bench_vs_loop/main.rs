@@ -26,6 +26,7 @@ mod queue;
 mod report;
 mod rtt;
 mod sink;
+mod standin;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -53,6 +54,8 @@ enum Cmd {
     Baseline(BaselineArgs),
     /// Check the latency proxy: time sequential ListQueues calls direct and through it.
     Probe(ProbeArgs),
+    /// Serve the in-memory SQS stand-in alone (for a manual run), printing its URL, until Ctrl-C.
+    Standin,
 }
 
 #[derive(Args)]
@@ -82,6 +85,10 @@ struct CompareArgs {
     /// LocalStack endpoint.
     #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
     endpoint: String,
+    /// `localstack` (the endpoint above) or `standin`: the bench's in-memory SQS (standin.rs), whose
+    /// own time per call is far below any round trip, for the round-trip question.
+    #[arg(long, default_value = "localstack")]
+    backend: Backend,
     /// The reader binaries, comma-separated (labelled reader, reader2, ... in that order);
     /// default: `sluice-reader` next to this example's directory.
     #[arg(long, value_delimiter = ',')]
@@ -101,6 +108,12 @@ struct CompareArgs {
     /// for footprint, not for throughput).
     #[arg(long, default_value_t = 0)]
     idle_seconds: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Localstack,
+    Standin,
 }
 
 #[derive(Args)]
@@ -131,6 +144,14 @@ async fn main() -> Result<(), String> {
             consumer.run().await
         }
         Cmd::Compare(args) => compare(args).await,
+        Cmd::Standin => {
+            let standin = standin::start().await?;
+            println!("{}", standin.url);
+            let _ = tokio::signal::ctrl_c().await;
+            let (calls, mean_us, max_us) = standin.own_time();
+            println!("{calls} calls, mean {:.3} ms, max {:.1} ms", mean_us / 1000.0, max_us / 1000.0);
+            Ok(())
+        }
         Cmd::Probe(a) => {
             let proxy = rtt::proxy(&a.endpoint, Duration::from_millis(a.rtt_ms), None).await?;
             for endpoint in [a.endpoint.clone(), proxy.url()] {
@@ -142,7 +163,14 @@ async fn main() -> Result<(), String> {
     }
 }
 
-async fn compare(args: CompareArgs) -> Result<(), String> {
+async fn compare(mut args: CompareArgs) -> Result<(), String> {
+    let standin = match args.backend {
+        Backend::Standin => Some(standin::start().await?),
+        Backend::Localstack => None,
+    };
+    if let Some(s) = &standin {
+        args.endpoint = s.url.clone();
+    }
     let readers = match args.reader.is_empty() {
         true => vec![default_reader()?],
         false => args.reader.clone(),
@@ -210,6 +238,14 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
     // behind the proxy is the added RTT plus this.
     let base_ms = call_ms(&client, 20).await?;
     report::summary(&samples, base_ms);
+    if let Some(s) = &standin {
+        let (calls, mean_us, max_us) = s.own_time();
+        println!(
+            "stand-in SQS own time per call (handler, no network): mean {:.3} ms, max {:.1} ms over {calls} calls",
+            mean_us / 1000.0,
+            max_us / 1000.0
+        );
+    }
     Ok(())
 }
 
