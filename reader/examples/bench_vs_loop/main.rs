@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod peers;
 mod proc_stat;
 mod queue;
 mod report;
@@ -89,6 +90,13 @@ struct CompareArgs {
     /// own time per call is far below any round trip, for the round-trip question.
     #[arg(long, default_value = "localstack")]
     backend: Backend,
+    /// Peer consumers to run in the same rounds (installed by scripts/bench-peers.sh):
+    /// `sqs-consumer`, `boto3`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    peer: Vec<peers::Peer>,
+    /// Where scripts/bench-peers.sh installed the peers.
+    #[arg(long, default_value = ".sluice/bench-peers")]
+    peers_dir: PathBuf,
     /// The reader binaries, comma-separated (labelled reader, reader2, ... in that order);
     /// default: `sluice-reader` next to this example's directory.
     #[arg(long, value_delimiter = ',')]
@@ -200,6 +208,7 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
             // Each round starts with a different consumer, so none always runs first.
             let mut order: Vec<Consumer> = (0..readers.len()).map(Consumer::Reader).collect();
             order.push(Consumer::Baseline);
+            order.extend(args.peer.iter().map(|&p| Consumer::Peer(p)));
             let first = round % order.len();
             order.rotate_left(first);
             for consumer in order {
@@ -416,6 +425,15 @@ impl Run<'_> {
                     .args(["--queue", url, "--endpoint", self.endpoint, "--sink", self.sink_url])
                     .arg(format!("--pollers={}", a.pollers))
                     .arg(format!("--wait-seconds={}", a.wait_seconds));
+                c
+            }
+            Consumer::Peer(peer) => {
+                let mut c = peer.command(&a.peers_dir)?;
+                c.env("QUEUE_URL", url)
+                    .env("SQS_ENDPOINT", self.endpoint)
+                    .env("SINK_URL", self.sink_url)
+                    .env("POLLERS", a.pollers.to_string())
+                    .env("WAIT_SECONDS", a.wait_seconds.to_string());
                 c
             }
         };
