@@ -17,6 +17,11 @@
 //! `--reader A,B,...` runs several reader builds (e.g. release profiles) in the same rounds, each
 //! beside the same loop, so their memory and CPU compare under the same load; the summary gives
 //! each one's ratios to the loop and to the first reader.
+//!
+//! `--backend standin` runs every consumer against the bench's in-memory SQS (`standin.rs`) instead
+//! of LocalStack, for round-trip questions where SQS's own time must be far below the RTT; `--peer
+//! sqs-consumer,boto3` adds other teams' consumers to the same rounds (`peers/`, installed by
+//! `scripts/bench-peers.sh`). BENCHMARKS.md has the runs.
 
 #![forbid(unsafe_code)]
 
