@@ -34,13 +34,13 @@ pub struct ReplaySpec {
     /// `2026-12-02T13:00:00Z`): the dead-letter queue's `SentTimestamp`. Absent: no lower bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(r"self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$')")
-        .message("spec.replay.deadLetteredAfter must be an RFC 3339 time in UTC such as 2026-12-02T13:00:00Z"))]
+        .message("spec.replay.deadLetteredAfter is not an RFC 3339 time in UTC: write it as 2026-12-02T13:00:00Z"))]
     pub dead_lettered_after: Option<String>,
     /// Replay only messages dead-lettered before this time (RFC 3339 in UTC). Absent: no upper
     /// bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(r"self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$')")
-        .message("spec.replay.deadLetteredBefore must be an RFC 3339 time in UTC such as 2026-12-02T14:00:00Z"))]
+        .message("spec.replay.deadLetteredBefore is not an RFC 3339 time in UTC: write it as 2026-12-02T14:00:00Z"))]
     pub dead_lettered_before: Option<String>,
     /// Replay only messages whose dead-letter reason (`sluice-dlq-reason`, or `reason` in
     /// `sluice-dead-letter`) contains this text, 1-256 characters, e.g. `HTTP 400`. A message

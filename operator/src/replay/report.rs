@@ -59,6 +59,17 @@ impl ReplayMetrics {
         );
         metrics
     }
+
+    /// Creates the source's series at 0, so dashboards and alerts see every source, not only
+    /// those that have replayed since the operator started.
+    pub fn touch(&self, labels: &SourceLabels) {
+        for outcome in ["replayed", "skipped", "uncertain"] {
+            let (namespace, source) = (labels.namespace.clone(), labels.source.clone());
+            drop(self.messages.get_or_create(&OutcomeLabels { namespace, source, outcome }));
+        }
+        drop(self.running.get_or_create(labels));
+        drop(self.faults.get_or_create(labels));
+    }
 }
 
 /// Where one replay reports.

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::job;
 use super::plan::RUNNING;
-use super::report::{ReplayMetrics, Reporter};
+use super::report::{ReplayMetrics, Reporter, SourceLabels};
 use crate::access::ApiCall;
 use crate::identity::Identities;
 use crate::names::FIELD_MANAGER;
@@ -59,8 +59,9 @@ async fn follow(client: Client, identities: Identities, metrics: ReplayMetrics, 
     while let Some(sources) = ticks.next(&shutdown).await {
         let mut wanted = HashMap::new();
         for source in sources.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
-            let Some(spec) = source.spec.replay.clone() else { continue };
             let key = (source.namespace().unwrap_or_default(), source.name_any());
+            metrics.touch(&SourceLabels { namespace: key.0.clone(), source: key.1.clone() });
+            let Some(spec) = source.spec.replay.clone() else { continue };
             wanted.insert(key.clone(), spec.id.clone());
             if jobs.get(&key).is_some_and(|r| r.id == spec.id && !r.handle.is_finished()) {
                 continue;
