@@ -72,29 +72,58 @@ async fn wait_replay(
     .with_context(|| format!("logs under {}", system.state_dir().display()))
 }
 
+/// A running system whose source dead-lettered `n` messages while its sink answered 400.
+struct Setup {
+    system: System,
+    queue: TestQueue,
+    dlq: TestQueue,
+    sink: SinkServer,
+    endpoint: String,
+}
+
+impl Setup {
+    async fn dead_lettered(prefix: &str, n: usize) -> Result<Self> {
+        let endpoint = LocalStack::ensure().await?;
+        let sqs = sqs_client(&endpoint);
+        let options = QueueOptions { visibility_timeout: Some(5), ..QueueOptions::default() };
+        let queue = TestQueue::create_with(&sqs, prefix, false, &options).await?;
+        let dlq = TestQueue::create(&sqs, &format!("{prefix}-dlq"), false).await?;
+        let sink = SinkServer::start("127.0.0.1:0").await?;
+        sink.refuse(StatusCode::BAD_REQUEST, "");
+        let system =
+            System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join(prefix)).await?;
+        let setup = Self { system, queue, dlq, sink, endpoint };
+        setup.apply(None).await?;
+        setup.queue.send_batch(n).await?;
+        poll::until(Duration::from_secs(180), Duration::from_millis(500), || async {
+            let (dead, left) =
+                (setup.dlq.approximate_counts().await?, setup.queue.approximate_counts().await?);
+            Ok(Check::met_if(dead.visible as usize == n && left.total() == 0, || {
+                format!("dead-letter queue {dead:?}, source queue {left:?}")
+            }))
+        })
+        .await
+        .with_context(|| format!("logs under {}", setup.system.state_dir().display()))?;
+        Ok(setup)
+    }
+
+    async fn apply(&self, replay: Option<serde_json::Value>) -> Result<()> {
+        let yaml = source_yaml(&self.queue.url, &self.endpoint, &self.sink.url(), &self.dlq.url, replay)?;
+        self.system.apply_source(&yaml).await.map(drop)
+    }
+
+    async fn finish(self) -> Result<()> {
+        drop(self.system);
+        self.sink.stop().await?;
+        self.queue.delete().await?;
+        self.dlq.delete().await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_survives_an_operator_kill_and_replays_each_dead_letter_once() -> Result<()> {
-    let endpoint = LocalStack::ensure().await?;
-    let sqs = sqs_client(&endpoint);
-    let options = QueueOptions { visibility_timeout: Some(5), ..QueueOptions::default() };
-    let queue = TestQueue::create_with(&sqs, "replay", false, &options).await?;
-    let dlq = TestQueue::create(&sqs, "replay-dlq", false).await?;
-    let sink = SinkServer::start("127.0.0.1:0").await?;
-    sink.refuse(StatusCode::BAD_REQUEST, "");
-    let mut system =
-        System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-replay")).await?;
-    system.apply_source(&source_yaml(&queue.url, &endpoint, &sink.url(), &dlq.url, None)?).await?;
-    queue.send_batch(MESSAGES).await?;
-
-    // Every message is refused and dead-lettered.
-    poll::until(Duration::from_secs(180), Duration::from_millis(500), || async {
-        let (dead, left) = (dlq.approximate_counts().await?, queue.approximate_counts().await?);
-        Ok(Check::met_if(dead.visible as usize == MESSAGES && left.total() == 0, || {
-            format!("dead-letter queue {dead:?}, source queue {left:?}")
-        }))
-    })
-    .await
-    .with_context(|| format!("logs under {}", system.state_dir().display()))?;
+    let Setup { mut system, queue, dlq, sink, endpoint } =
+        Setup::dead_lettered("e2e-replay", MESSAGES).await?;
     println!("{MESSAGES} messages dead-lettered while the sink answered 400");
 
     // The sink is fixed; the replay is asked for.
@@ -104,10 +133,17 @@ async fn a_replay_survives_an_operator_kill_and_replays_each_dead_letter_once() 
     let started = Instant::now();
     let at_kill =
         wait_replay(&system, Duration::from_secs(60), |s| s.replayed >= MESSAGES as u64 / 2).await?;
+    let to_half = started.elapsed();
     system.stop_operator(Signal::SIGKILL)?;
+    let journal = at_kill
+        .batch
+        .as_ref()
+        .map_or_else(|| "empty".to_owned(), |b| format!("{} ids {}", b.ids.len(), b.stage));
     println!(
-        "operator SIGKILLed with status.replay at {} replayed (batch journal {:?})",
-        at_kill.replayed, at_kill.batch
+        "operator SIGKILLed with status.replay at {} replayed after {:.1} s from the request (about {:.0} messages/s, {RATE} asked; batch journal: {journal})",
+        at_kill.replayed,
+        to_half.as_secs_f64(),
+        at_kill.replayed as f64 / to_half.as_secs_f64()
     );
     system.start_operator()?;
 
@@ -152,9 +188,51 @@ async fn a_replay_survives_an_operator_kill_and_replays_each_dead_letter_once() 
     ensure!(done.uncertain == 0, "a batch was in flight at the kill: {done:?}");
     ensure!(ids_by_seq.len() == MESSAGES, "{} of {MESSAGES} bodies delivered", ids_by_seq.len());
     ensure!(replayed_twice.is_empty(), "replayed twice: {replayed_twice:?}");
-    drop(system);
-    sink.stop().await?;
-    queue.delete().await?;
-    dlq.delete().await?;
-    Ok(())
+    Setup { system, queue, dlq, sink, endpoint }.finish().await
+}
+
+/// A message the sink still refuses after the fix is replayed once, dead-lettered again with the
+/// request's marker, and left there: the request counts 100 replayed, never more, and completes.
+/// A second request for the reason `HTTP 400`, with the sink now taking everything, brings the
+/// rest through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_fails_again_is_not_replayed_again_by_the_same_request() -> Result<()> {
+    const N: usize = 100;
+    let s = Setup::dead_lettered("e2e-replay-again", N).await?;
+    // Bodies are {"seq":N}: the marker matches seq 1 and 10-19, 11 messages.
+    s.sink.refuse(StatusCode::BAD_REQUEST, "\"seq\":1");
+    s.apply(Some(json!({"id": "first", "ratePerSecond": 100}))).await?;
+    let first =
+        wait_replay(&s.system, Duration::from_secs(120), |r| r.id == "first" && r.phase == "Completed")
+            .await?;
+    let again = poll::until(Duration::from_secs(120), Duration::from_millis(500), || async {
+        let dead = s.dlq.approximate_counts().await?.visible;
+        Ok(Check::met_if(dead == 11, || format!("{dead} of 11 back in the dead-letter queue")))
+    });
+    again.await?;
+    let delivered_first = s.sink.stats().distinct;
+    println!(
+        "request first: {} replayed, {} skipped, phase {}; {delivered_first} delivered, 11 dead-lettered again",
+        first.replayed, first.skipped, first.phase
+    );
+    ensure!(first.replayed == N as u64, "the first request replayed {} of {N}: {first:?}", first.replayed);
+
+    s.sink.accept_all();
+    s.apply(Some(json!({"id": "second", "ratePerSecond": 100, "reasonContains": "HTTP 400"}))).await?;
+    let second =
+        wait_replay(&s.system, Duration::from_secs(120), |r| r.id == "second" && r.phase == "Completed")
+            .await?;
+    s.sink.wait_for_distinct(N as u64, Duration::from_secs(60)).await?;
+    let bodies: BTreeSet<u64> =
+        s.sink.events().iter().filter_map(|e| seq_of(&String::from_utf8_lossy(&e.body))).collect();
+    println!(
+        "request second: {} replayed, {} skipped; {} of {N} bodies delivered",
+        second.replayed,
+        second.skipped,
+        bodies.len()
+    );
+    ensure!(second.replayed == 11, "the second request replayed {}: {second:?}", second.replayed);
+    ensure!(bodies.len() == N, "{} of {N} bodies delivered", bodies.len());
+    ensure!(s.dlq.approximate_counts().await?.total() == 0, "the dead-letter queue is not empty");
+    s.finish().await
 }

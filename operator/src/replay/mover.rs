@@ -275,3 +275,54 @@ fn entry(
     }
     builder.build()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attribute(value: &str) -> MessageAttributeValue {
+        MessageAttributeValue::builder().data_type("String").string_value(value).build().unwrap()
+    }
+
+    fn dead_letter(attributes: &[(&str, &str)]) -> Message {
+        let mut m = Message::builder().message_id("m-1").body("{\"seq\":7}").receipt_handle("h");
+        for (k, v) in attributes {
+            m = m.message_attributes(*k, attribute(v));
+        }
+        m.attributes(MessageSystemAttributeName::SentTimestamp, "1700000000000")
+            .attributes(MessageSystemAttributeName::MessageGroupId, "g1")
+            .build()
+    }
+
+    #[test]
+    fn the_copy_keeps_the_users_attributes_drops_the_context_and_carries_the_marker() {
+        let m = dead_letter(&[("origin", "shop"), ("sluice-dlq-reason", "HTTP 400"), (MARKER, "old")]);
+        let copy = entry(0, &m, "r2", false).unwrap();
+        let attributes = copy.message_attributes.unwrap();
+        let mut names: Vec<_> = attributes.keys().cloned().collect();
+        names.sort();
+        assert_eq!(names, ["origin", MARKER]);
+        assert_eq!(attributes[MARKER].string_value(), Some("r2"));
+        assert_eq!(copy.message_body, "{\"seq\":7}");
+        assert!(copy.message_group_id.is_none());
+        let fifo = entry(0, &m, "r2", true).unwrap();
+        assert_eq!(fifo.message_group_id.as_deref(), Some("g1"));
+        assert_eq!(fifo.message_deduplication_id.as_deref(), Some("r2-m-1"));
+    }
+
+    #[test]
+    fn the_reason_and_the_source_queue_are_read_plain_or_packed() {
+        let plain = dead_letter(&[("sluice-dlq-reason", "HTTP 400"), ("sluice-source-queue", "q1")]);
+        assert_eq!(
+            (reason(&plain).as_deref(), source_queue(&plain).as_deref()),
+            (Some("HTTP 400"), Some("q1"))
+        );
+        let packed = dead_letter(&[("sluice-dead-letter", r#"{"reason":"HTTP 410","sourceQueue":"q2"}"#)]);
+        assert_eq!(
+            (reason(&packed).as_deref(), source_queue(&packed).as_deref()),
+            (Some("HTTP 410"), Some("q2"))
+        );
+        let c = candidate(&plain, Some("HTTP 400"));
+        assert_eq!((c.id, c.sent_ms, c.marker), ("m-1", Some(1_700_000_000_000), None));
+    }
+}
