@@ -33,12 +33,14 @@ pub struct ReplaySpec {
     /// Replay only messages dead-lettered at or after this time (RFC 3339 in UTC, e.g.
     /// `2026-12-02T13:00:00Z`): the dead-letter queue's `SentTimestamp`. Absent: no lower bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
     #[x_kube(validation = Rule::new(r"self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$')")
         .message("spec.replay.deadLetteredAfter is not an RFC 3339 time in UTC: write it as 2026-12-02T13:00:00Z"))]
     pub dead_lettered_after: Option<String>,
     /// Replay only messages dead-lettered before this time (RFC 3339 in UTC). Absent: no upper
     /// bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
     #[x_kube(validation = Rule::new(r"self.matches('^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$')")
         .message("spec.replay.deadLetteredBefore is not an RFC 3339 time in UTC: write it as 2026-12-02T14:00:00Z"))]
     pub dead_lettered_before: Option<String>,
