@@ -138,7 +138,9 @@ pub struct ReplayStatus {
     /// When it completed or failed (RFC 3339). Absent while running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
-    /// Why it failed, or the last fault it is retrying. Absent when all is well.
+    /// Why it failed (what to change), or, on completion, how many dead letters stayed in flight
+    /// elsewhere and were not replayed. Absent when all is well. Faults being retried are WARN
+    /// lines and `sluice_operator_replay_faults_total`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
