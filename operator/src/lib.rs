@@ -33,6 +33,7 @@ pub mod validate;
 pub mod validate_caveats;
 
 pub mod checkpoint;
+pub mod replay;
 pub mod scaler;
 pub mod sink_health;
 
