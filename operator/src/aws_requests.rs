@@ -1,0 +1,88 @@
+//! Every request the operator sends to AWS (queue checks, bucket checks, the scaler's
+//! GetQueueAttributes, assumed roles), counted by source, service, API and queue
+//! (`sluice_operator_aws_requests_total`).
+//!
+//! Why an interceptor plus a task-local source: the SQS and S3 clients are shared by every source
+//! on the same endpoint, so the client cannot say whose request it sends; the task that works for
+//! a source can. [`for_source`] names the source around that work, and the interceptor on every
+//! client reads it once per attempt (a retry is billed, so it is counted).
+
+use std::future::Future;
+use std::sync::LazyLock;
+
+use aws_credential_types::provider::{ProvideCredentials, future};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+/// One series per source, service and API. The queue is not a label here: a source's queues are
+/// read together, and the reader's own count carries the queue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub namespace: String,
+    pub source: String,
+    pub service: String,
+    pub api: String,
+}
+
+/// Registered as `sluice_operator_aws_requests_total` (`crate::metrics`).
+pub static REQUESTS: LazyLock<Family<RequestLabels, Counter>> = LazyLock::new(Family::default);
+
+tokio::task_local! {
+    static SOURCE: (String, String);
+}
+
+/// Run `work` with its AWS requests counted for the source `namespace`/`name`.
+pub async fn for_source<F: Future>(namespace: &str, name: &str, work: F) -> F::Output {
+    SOURCE.scope((namespace.to_owned(), name.to_owned()), work).await
+}
+
+fn count(service: &str, api: &str) {
+    let (namespace, source) = SOURCE.try_with(Clone::clone).unwrap_or_default();
+    let labels =
+        RequestLabels { namespace, source, service: service.to_ascii_lowercase(), api: api.to_owned() };
+    REQUESTS.get_or_create(&labels).inc();
+}
+
+/// The interceptor to add to every SQS and S3 client the operator builds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountRequests;
+
+impl Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "CountRequests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let (service, api) =
+            cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
+        count(service, api);
+        Ok(())
+    }
+}
+
+/// An assumed role's credentials, counting one STS AssumeRole per call (the provider itself
+/// does not cache; the clients' identity cache asks it again only when the credentials expire).
+#[derive(Debug)]
+pub struct CountedCredentials<P>(pub P);
+
+impl<P: ProvideCredentials> ProvideCredentials for CountedCredentials<P> {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        count("sts", "AssumeRole");
+        self.0.provide_credentials()
+    }
+}
