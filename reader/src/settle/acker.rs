@@ -27,7 +27,8 @@ use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
 /// SQS's limit on entries per batch call.
 pub const BATCH: usize = 10;
-const LINGER: Duration = Duration::from_millis(15);
+/// How long a part-full batch waits for more receipts without a batching window.
+pub const LINGER: Duration = Duration::from_millis(15);
 const ATTEMPTS: u32 = 5;
 /// Backoff between attempts of a batch call.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -72,6 +73,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Told which deletes SQS confirmed, so their Extended Client objects go too.
     objects: Option<Arc<ObjectCleanup>>,
+    /// How long a part-full batch waits to fill: the batching window, at least [`LINGER`].
+    linger: Duration,
 }
 
 impl Acker {
@@ -81,8 +84,20 @@ impl Acker {
         metrics: Arc<Metrics>,
         objects: Option<Arc<ObjectCleanup>>,
     ) -> Self {
+        Self::spawn_lingering(queues, ledger, metrics, objects, LINGER)
+    }
+
+    /// The same, with part-full batches waiting up to `window` (the batching window) to fill.
+    pub fn spawn_lingering(
+        queues: Vec<Arc<Queue>>,
+        ledger: Arc<Mutex<Ledger>>,
+        metrics: Arc<Metrics>,
+        objects: Option<Arc<ObjectCleanup>>,
+        window: Duration,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics, objects: objects.clone() })));
+        let linger = window.max(LINGER);
+        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics, objects: objects.clone(), linger })));
         Self { tx, objects }
     }
 
@@ -152,7 +167,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                         let full = std::mem::take(batch);
                         send(&mut calls, &shared, key, full).await;
                     }
-                    flush_at = flush_at.or(Some(Instant::now() + LINGER));
+                    flush_at = flush_at.or(Some(Instant::now() + shared.linger));
                 }
                 Some(Command::DeleteConfirmed(batch, done)) => {
                     let shared = shared.clone();
