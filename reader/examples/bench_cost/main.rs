@@ -56,12 +56,15 @@ struct Args {
     /// How long the idle queue is watched (after the first long polls came back empty).
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// Which workloads to run, comma-separated: `drain`, `trickle`, `idle`.
+    #[arg(long, value_delimiter = ',', default_value = "drain,trickle,idle")]
+    workloads: Vec<Workload>,
     /// Default: `sluice-reader` in this example's target directory.
     #[arg(long)]
     reader: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum Workload {
     Drain,
     Trickle,
@@ -95,7 +98,7 @@ async fn main() -> Result<(), String> {
     let sink_url = sink.start().await.map_err(|e| format!("sink: {e}"))?;
     let bench = Bench { args: &args, reader, client, sink, sink_url };
     let mut rows = Vec::new();
-    for workload in [Workload::Drain, Workload::Trickle, Workload::Idle] {
+    for &workload in &args.workloads {
         for window in [0, args.window_ms] {
             let row = bench.run(workload, window).await?;
             eprintln!("done: {} window {} ms", row.name, row.window_ms);

@@ -181,3 +181,7 @@ mod tests {
         assert_eq!(w.observe(t0 + Duration::from_secs(200), 2400, 3000), None);
     }
 }
+
+#[cfg(test)]
+#[path = "requests_tests.rs"]
+mod localstack_tests;
