@@ -86,3 +86,43 @@ impl<P: ProvideCredentials> ProvideCredentials for CountedCredentials<P> {
         self.0.provide_credentials()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_config::{BehaviorVersion, Region};
+    use aws_sdk_sqs::config::Credentials;
+
+    use super::*;
+    use crate::queue_check::sqs::SqsInspector;
+
+    fn counted(namespace: &str, source: &str, api: &str) -> u64 {
+        let labels = RequestLabels {
+            namespace: namespace.into(),
+            source: source.into(),
+            service: "sqs".into(),
+            api: api.into(),
+        };
+        REQUESTS.get_or_create(&labels).get()
+    }
+
+    /// A port nothing listens on: every attempt is refused and retried (standard mode: 3), and
+    /// each is counted for the source whose work sent it.
+    #[tokio::test]
+    async fn each_attempt_is_counted_for_the_source_that_sent_it() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let base = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "operator-tests"))
+            .endpoint_url(format!("http://{closed}"))
+            .load()
+            .await;
+        let client = SqsInspector::new(base).client(None, None);
+        let url = format!("http://{closed}/000000000000/orders");
+        let call = client.get_queue_attributes().queue_url(&url).send();
+        assert!(for_source("shop", "orders", call).await.is_err(), "nothing listens there");
+        assert_eq!(counted("shop", "orders", "GetQueueAttributes"), 3);
+        assert!(client.get_queue_attributes().queue_url(&url).send().await.is_err());
+        assert_eq!(counted("", "", "GetQueueAttributes"), 3, "outside a source's work: no source label");
+        assert_eq!(counted("shop", "orders", "GetQueueAttributes"), 3);
+    }
+}
