@@ -13,22 +13,25 @@ use std::sync::LazyLock;
 use aws_credential_types::provider::{ProvideCredentials, future};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef, Input,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-/// One series per source, service and API. The queue is not a label here: a source's queues are
-/// read together, and the reader's own count carries the queue.
+/// One series per source, service, API and queue (the queue's name; empty for calls that name
+/// none: HeadBucket, AssumeRole).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub namespace: String,
     pub source: String,
     pub service: String,
     pub api: String,
+    pub queue: String,
 }
 
 /// Registered as `sluice_operator_aws_requests_total` (`crate::metrics`).
@@ -43,11 +46,29 @@ pub async fn for_source<F: Future>(namespace: &str, name: &str, work: F) -> F::O
     SOURCE.scope((namespace.to_owned(), name.to_owned()), work).await
 }
 
-fn count(service: &str, api: &str) {
+fn count(service: &str, api: &str, queue: &str) {
     let (namespace, source) = SOURCE.try_with(Clone::clone).unwrap_or_default();
-    let labels =
-        RequestLabels { namespace, source, service: service.to_ascii_lowercase(), api: api.to_owned() };
+    let service = service.to_ascii_lowercase();
+    let labels = RequestLabels { namespace, source, service, api: api.to_owned(), queue: queue.to_owned() };
     REQUESTS.get_or_create(&labels).inc();
+}
+
+/// The queue an operation names, read from its input before it is serialized.
+#[derive(Debug)]
+struct QueueOfCall(String);
+
+impl Storable for QueueOfCall {
+    type Storer = StoreReplace<Self>;
+}
+
+/// The queue of the operator's SQS calls: GetQueueAttributes names it by URL (its last segment is
+/// the name), GetQueueUrl by name.
+fn queue_of(input: &Input) -> Option<&str> {
+    use aws_sdk_sqs::operation::{get_queue_attributes, get_queue_url};
+    if let Some(i) = input.downcast_ref::<get_queue_attributes::GetQueueAttributesInput>() {
+        return i.queue_url().map(|url| url.trim_end_matches('/').rsplit('/').next().unwrap_or(url));
+    }
+    input.downcast_ref::<get_queue_url::GetQueueUrlInput>().and_then(|i| i.queue_name())
 }
 
 /// The interceptor to add to every SQS and S3 client the operator builds.
@@ -59,6 +80,17 @@ impl Intercept for CountRequests {
         "CountRequests"
     }
 
+    fn read_before_execution(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(queue) = queue_of(context.input()) {
+            cfg.interceptor_state().store_put(QueueOfCall(queue.to_owned()));
+        }
+        Ok(())
+    }
+
     fn read_before_transmit(
         &self,
         _context: &BeforeTransmitInterceptorContextRef<'_>,
@@ -67,7 +99,8 @@ impl Intercept for CountRequests {
     ) -> Result<(), BoxError> {
         let (service, api) =
             cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
-        count(service, api);
+        let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
+        count(service, api, queue);
         Ok(())
     }
 }
@@ -82,7 +115,7 @@ impl<P: ProvideCredentials> ProvideCredentials for CountedCredentials<P> {
     where
         Self: 'a,
     {
-        count("sts", "AssumeRole");
+        count("sts", "AssumeRole", "");
         self.0.provide_credentials()
     }
 }
@@ -101,6 +134,7 @@ mod tests {
             source: source.into(),
             service: "sqs".into(),
             api: api.into(),
+            queue: "orders".into(),
         };
         REQUESTS.get_or_create(&labels).get()
     }
