@@ -11,6 +11,7 @@ pub mod access;
 pub mod admin;
 pub mod app;
 pub mod apply;
+pub mod aws_requests;
 pub mod backoff;
 pub mod build;
 pub mod cli;

@@ -85,7 +85,8 @@ pub async fn tick(
     let name = source.name_any();
     let spec = &source.spec;
 
-    let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials).await?;
+    let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
+    let figures = crate::aws_requests::for_source(&namespace, &name, figures).await?;
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
         return Ok(Tick::NoDeployment);

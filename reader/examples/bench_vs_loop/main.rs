@@ -26,21 +26,25 @@
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod child;
 mod peers;
 mod proc_stat;
 mod queue;
 mod report;
 mod rtt;
+// Its latency figures are bench_cost's (timed bodies); this bench counts arrivals only.
+#[allow(dead_code)]
 mod sink;
 mod standin;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
+use child::{default_reader, stop};
 use report::{Consumer, Memory, Sample};
 use rtt::SqsCalls;
 use sink::CountingSink;
@@ -280,13 +284,6 @@ async fn call_ms(client: &aws_sdk_sqs::Client, calls: usize) -> Result<f64, Stri
     Ok(took[took.len() / 2])
 }
 
-/// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/bench_vs_loop`.
-fn default_reader() -> Result<PathBuf, String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = me.parent().and_then(|examples| examples.parent()).ok_or("no target directory")?;
-    Ok(profile_dir.join("sluice-reader"))
-}
-
 struct Run<'a> {
     args: &'a CompareArgs,
     readers: &'a [PathBuf],
@@ -442,28 +439,6 @@ impl Run<'_> {
                 c
             }
         };
-        let stderr = std::fs::File::create(dir.path().join("stderr")).map_err(|e| e.to_string())?;
-        command
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("starting the {}: {e}", consumer.label()))
+        child::spawn_consumer(&mut command, &dir.path().join("stderr"))
     }
-}
-
-/// SIGTERM to the consumer's PID, a bounded wait, then SIGKILL; always reaped.
-fn stop(child: &mut Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    for _ in 0..200 {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
