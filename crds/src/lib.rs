@@ -1,10 +1,7 @@
 #![forbid(unsafe_code)]
-//! The SqsSource API.
-//!
-//! `checkpoint` is the protocol crate under the name the API's users know: the checkpoint and
-//! lease ConfigMaps that the operator and the readers exchange are part of the API.
+//! The SqsSource API. The checkpoint and lease ConfigMaps that the operator and the readers
+//! exchange belong to `sluice_protocol`, which whoever needs them depends on directly.
 
-pub use sluice_protocol as checkpoint;
 pub mod queue;
 pub mod redrive;
 pub mod sink_kind;

@@ -70,7 +70,7 @@ fn an_unknown_field_is_named_with_its_path_and_a_suggestion() {
     let err = yaml_error(&text);
     assert!(err.starts_with("spec.receive.maxMessage: unknown field (did you mean maxMessages?)"), "{err}");
     assert!(
-        err.contains("attributeNames, held, maxMessages, messageAttributeNames"),
+        err.contains("attributeNames, batchWindowMilliseconds, held, maxMessages, messageAttributeNames"),
         "lists the allowed fields: {err}"
     );
 

@@ -1,7 +1,7 @@
 //! Names, labels and field managers of everything the operator writes.
 //!
 //! Why one file: the reader pods, the checkpoint coordinator, the autoscaler and the test harness
-//! all find these objects by name or label (CONTRACTS.md "Kubernetes objects"); a second spelling
+//! all find these objects by name or label (the ConfigMaps: `protocol/PROTOCOL.md`); a second spelling
 //! anywhere would silently orphan objects, so every spelling lives here.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! The checkpoint protocol (DESIGN.md section 3, refined in `protocol/PROTOCOL.md`): the data of
+//! The checkpoint protocol (`protocol/PROTOCOL.md`): the data of
 //! the checkpoint and lease ConfigMaps, and the pure state machines of the operator's coordinator
 //! and of a reader's epochs.
 //!

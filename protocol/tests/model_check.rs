@@ -1,4 +1,4 @@
-//! Model check of the checkpoint protocol (DESIGN.md section 3, PROTOCOL.md).
+//! Model check of the checkpoint protocol (`protocol/PROTOCOL.md`).
 //!
 //! Why a model check: the protocol is only as good as its worst interleaving of crashes, pauses,
 //! lease expiry, redelivery and operator restarts, and tests that run a cluster only sample a few.

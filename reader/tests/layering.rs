@@ -94,3 +94,135 @@ fn only_the_cluster_layer_names_kube_and_only_with_its_feature() {
     let defaults = manifest.lines().find(|l| l.starts_with("default = [")).expect("default features");
     assert!(defaults.contains("\"cluster\""), "the cluster feature is on by default: {defaults}");
 }
+
+/// The shared modules every stage stands on.
+const BOTTOM: &[&str] = &["config", "process", "aws", "record.rs"];
+const STAGES: &[&str] = &[
+    "crate::intake",
+    "crate::payload",
+    "crate::settle",
+    "crate::deliver",
+    "crate::sink",
+    "crate::run",
+    "crate::exactly_once",
+    "crate::cluster",
+];
+
+/// The one crossing left: a record carries the streamed object the payload stage opened, whose
+/// reading (S3 client, fetch bounds) is the payload stage's. Lifting it needs an object reference
+/// in `Record` that `payload` opens; until then it is named here, and nothing else may join it.
+const KNOWN_CROSSINGS: &[&str] = &["use crate::payload::StreamedObject;"];
+
+/// The code of a file up to its test module: a unit test may build its fixtures from a stage.
+fn before_tests(lines: &[String]) -> &[String] {
+    let end = lines.iter().position(|l| l == "#[cfg(test)]").unwrap_or(lines.len());
+    &lines[..end]
+}
+
+#[test]
+fn nothing_below_the_stages_imports_a_stage() {
+    let files = code();
+    let mut broken = Vec::new();
+    let mut seen = 0;
+    for (top, path, lines) in &files {
+        if BOTTOM.contains(&top.as_str()) {
+            seen += 1;
+            for line in offending(before_tests(lines), STAGES) {
+                if top == "record.rs" && KNOWN_CROSSINGS.contains(&line.as_str()) {
+                    continue;
+                }
+                broken.push(format!("{}: {line}", path.display()));
+            }
+        }
+    }
+    assert!(seen > 10, "the scan found the shared modules ({seen} files)");
+    assert!(broken.is_empty(), "shared modules reaching up into a stage:\n{}", broken.join("\n"));
+    // The scan sees real crossings: a stage does name the others.
+    let intake = files.iter().filter(|(top, ..)| top == "intake").flat_map(|(_, _, l)| offending(l, STAGES));
+    assert!(intake.count() > 0, "intake/ names settle, so the scan can see such lines");
+}
+
+/// What `settle` shows the exactly-once layer: the gate, its decisions, the tag, and the epoch
+/// steps. Anything else (the ledger, the acker, the pipeline) is settle's own.
+const SETTLE_SEAM: &[&str] = &["Gate", "Decision", "Tag", "EpochSettle", "Deleted"];
+const SETTLE_INTERNALS: &[&str] = &["Pipeline", "Ledger", "Acker", "Ticket", "Receipt", "lock_ledger"];
+
+/// The names a line imports from `crate::settle` (`crate::settle::X` or `crate::settle::{X, Y}`).
+fn settle_names(line: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (at, _) in line.match_indices("crate::settle") {
+        let rest = &line[at + "crate::settle".len()..];
+        let Some(rest) = rest.strip_prefix("::") else {
+            names.push("settle".to_owned());
+            continue;
+        };
+        let list = match rest.strip_prefix('{') {
+            Some(inner) => inner.split('}').next().unwrap_or_default(),
+            None => rest
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .next()
+                .unwrap_or_default(),
+        };
+        names.extend(list.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()));
+    }
+    names
+}
+
+#[test]
+fn exactly_once_names_only_the_settle_seam() {
+    let files = code();
+    let mut broken = Vec::new();
+    let mut seam = 0;
+    for (top, path, lines) in &files {
+        if top != "exactly_once" {
+            continue;
+        }
+        for line in lines {
+            for name in settle_names(line) {
+                if SETTLE_SEAM.contains(&name.as_str()) {
+                    seam += 1;
+                } else {
+                    broken.push(format!("{}: `{name}` in {line}", path.display()));
+                }
+            }
+            let words: Vec<&str> = line.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+            for internal in SETTLE_INTERNALS {
+                if words.contains(internal) {
+                    broken.push(format!("{}: `{internal}` in {line}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "exactly_once reaching into settle past its trait:\n{}", broken.join("\n"));
+    assert!(seam > 0, "exactly_once names the seam, so the scan can see such lines");
+    assert_eq!(settle_names("use crate::settle::{Gate, ledger::Tag};"), ["Gate", "ledger::Tag"]);
+}
+
+/// The protocol crate has one name, `sluice_protocol`: the API crate does not re-export it under
+/// another, and nothing in the workspace uses such an alias.
+#[test]
+fn the_protocol_has_no_checkpoint_alias() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let mut files = Vec::new();
+    for member in ["crds", "operator", "reader", "tests", "protocol", "logs"] {
+        for folder in ["src", "tests", "examples", "benches"] {
+            let dir = root.join(member).join(folder);
+            if dir.is_dir() {
+                sources(&dir, &mut files);
+            }
+        }
+    }
+    assert!(files.len() > 100, "the scan found the workspace's sources ({} files)", files.len());
+    // Spelled in pieces, so this file does not match itself.
+    let needles = [["sluice_protocol", " as "].concat(), ["sluice_crds", "::checkpoint"].concat()];
+    let mut broken = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("readable source");
+        for line in text.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+            if needles.iter().any(|n| line.contains(n.as_str())) {
+                broken.push(format!("{}: {line}", path.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "the protocol under another name:\n{}", broken.join("\n"));
+}

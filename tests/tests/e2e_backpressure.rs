@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use sluice_crds::checkpoint::{Checkpoint, checkpoint_configmap_name};
+use sluice_protocol::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::scrape::{self, metric};
 use sluice_tests::sinkserver::SinkServer;

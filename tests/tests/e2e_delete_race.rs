@@ -32,7 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use sluice_crds::SqsSource;
-use sluice_crds::checkpoint::ROLE_LABEL;
+use sluice_protocol::ROLE_LABEL;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use sluice_crds::checkpoint::{Checkpoint, checkpoint_configmap_name};
+use sluice_protocol::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{
     LocalStack, QueueCounts, QueueOptions, TestQueue, s3_client, seq_of, sqs_client,
 };

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
-use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, lease_configmap_name};
+use sluice_protocol::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, lease_configmap_name};
 use sluice_tests::controlplane::admission::policy::ParamKind;
 use sluice_tests::controlplane::admission::{Operation, Request, UserInfo, evaluate};
 use sluice_tests::controlplane::registry::Registry;

@@ -1,6 +1,6 @@
 //! What "delivered" means for a source: the guarantee, the checkpoint cadence, and retries.
 //!
-//! Exactly-once rests on the checkpoint protocol (DESIGN.md section 3), which only works with an
+//! Exactly-once rests on the checkpoint protocol (`protocol/PROTOCOL.md`), which only works with an
 //! epoch length, so the rule below makes the interval mandatory there instead of guessing one.
 
 use kube::KubeSchema;

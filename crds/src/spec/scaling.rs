@@ -1,6 +1,6 @@
 //! How many reader replicas a source runs.
 //!
-//! The autoscaler (DESIGN.md section 4) reads these knobs; bounds keep it from being configured
+//! The autoscaler (`operator/src/scaler`) reads these knobs; bounds keep it from being configured
 //! into a loop that polls SQS too often or never scales down.
 
 use kube::KubeSchema;

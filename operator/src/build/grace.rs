@@ -9,7 +9,7 @@
 
 use sluice_crds::{Guarantee, SqsSourceSpec};
 
-/// The reader's default deadline (CONTRACTS.md: `--shutdown-deadline-seconds`, default 20).
+/// The reader's default deadline (`--shutdown-deadline-seconds`, default 20: `reader/src/config/cli.rs`).
 const READER_DEFAULT_DEADLINE: i64 = 20;
 /// Time between the reader's deadline and the kubelet's SIGKILL.
 const KILL_MARGIN: i64 = 10;

@@ -3,7 +3,7 @@
 //! Why these rules and no narrower: a reader reads its `source.yaml` and the checkpoint ConfigMap,
 //! creates its own lease ConfigMap `<source>-lease-<pod>`, renews it (update with a resourceVersion
 //! compare-and-swap), and lists its peers' leases by label to honour their committed ids
-//! (DESIGN.md section 3). Every reader, exactlyOnce or not, also writes its sinks' health into
+//! (`protocol/PROTOCOL.md`). Every reader, exactlyOnce or not, also writes its sinks' health into
 //! that same lease ConfigMap (key `sinkHealth`, read by `sink_health`), which is why every reader
 //! pod mounts its token (`pod_shape`) and why this Role is bound for every source; the write
 //! needs no rule beyond the lease's own. RBAC cannot restrict `create` or label-selected `list` by name, and lease

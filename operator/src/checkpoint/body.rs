@@ -7,7 +7,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
-use sluice_crds::checkpoint::{Checkpoint, SOURCE_LABEL, checkpoint_configmap_name};
+use sluice_protocol::{Checkpoint, SOURCE_LABEL, checkpoint_configmap_name};
 
 use super::plan::CheckpointStatus;
 

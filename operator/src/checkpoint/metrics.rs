@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use sluice_crds::checkpoint::coordinator::Action;
+use sluice_protocol::coordinator::Action;
 
 pub use crate::scaler::metrics::SourceLabels;
 
@@ -113,7 +113,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use prometheus_client::encoding::text::encode;
-    use sluice_crds::checkpoint::Incarnation;
+    use sluice_protocol::Incarnation;
 
     use super::*;
     use crate::checkpoint::plan::CheckpointStatus;

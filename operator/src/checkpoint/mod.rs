@@ -1,8 +1,8 @@
-//! The checkpoint coordinator task (DESIGN.md section 3; `protocol/PROTOCOL.md`).
+//! The checkpoint coordinator task (`protocol/PROTOCOL.md`).
 //!
 //! Why a task of its own and not a branch of `reconcile`: commits must keep coming at the pace of
 //! the checkpoint interval whether or not any SqsSource changed, and a slow reconcile must not
-//! delay a commit. The decisions are `sluice_crds::checkpoint::coordinator::step`, the same pure
+//! delay a commit. The decisions are `sluice_protocol::coordinator::step`, the same pure
 //! function standalone readers and the model check run; `plan` adds what the status says about
 //! them, `body` the apply bodies, `metrics` the Prometheus series, `task` the I/O.
 

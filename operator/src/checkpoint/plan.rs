@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use sluice_crds::checkpoint::coordinator::{self, Action, Clock, LeaseView};
-use sluice_crds::checkpoint::{Checkpoint, DataError, Epoch, Lease};
+use sluice_protocol::coordinator::{self, Action, Clock, LeaseView};
+use sluice_protocol::{Checkpoint, DataError, Epoch, Lease};
 
 /// Clock difference allowed between a reader and the operator before a lease counts as expired.
 pub const SKEW_MS: i64 = 1_000;
@@ -156,7 +156,7 @@ pub fn plan(
 
 #[cfg(test)]
 mod tests {
-    use sluice_crds::checkpoint::Incarnation;
+    use sluice_protocol::Incarnation;
 
     use super::*;
 

@@ -16,9 +16,9 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
-use sluice_crds::checkpoint::coordinator::Action;
-use sluice_crds::checkpoint::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, now_ms};
 use sluice_crds::{Guarantee, SqsSource};
+use sluice_protocol::coordinator::Action;
+use sluice_protocol::{ROLE_LABEL, SOURCE_LABEL, checkpoint_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::FIELD_MANAGER;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
 use k8s_openapi::jiff::Timestamp;
-use sluice_crds::checkpoint::now_ms;
 use sluice_crds::{ReplayBatch, ReplaySpec, ReplayStatus};
+use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::mover::{self, HIDE_SECONDS, Mover};

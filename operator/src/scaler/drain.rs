@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_crds::checkpoint::{Lease, ROLE_LABEL, SOURCE_LABEL};
+use sluice_protocol::{Lease, ROLE_LABEL, SOURCE_LABEL};
 
 /// Label value of `ROLE_LABEL` on lease ConfigMaps.
 const LEASE_ROLE: &str = "lease";
@@ -59,7 +59,7 @@ pub fn drain_rate<'a>(
 
 #[cfg(test)]
 mod tests {
-    use sluice_crds::checkpoint::Incarnation;
+    use sluice_protocol::Incarnation;
 
     use super::*;
 

@@ -13,8 +13,8 @@ use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
-use sluice_crds::checkpoint::{Incarnation, Lease};
 use sluice_crds::{QueueFigures, QueueRef, SqsSource};
+use sluice_protocol::{Incarnation, Lease};
 
 use super::*;
 use crate::scaler::reason::Reason;

@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use sluice_crds::SqsSource;
-use sluice_crds::checkpoint::now_ms;
+use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::held;

@@ -7,8 +7,17 @@
 
 use sluice_crds::{PayloadFormat, PayloadSpec};
 
-use crate::payload::Bounds;
 use crate::process::error::{Error, Result};
+
+/// The bounds of one reader's fetching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_object_bytes: u64,
+    pub max_concurrent_fetches: usize,
+    pub max_bytes_in_flight: u64,
+    /// Objects over this are streamed by the sinks, not held (`spec.payload.streamAboveBytes`).
+    pub stream_above_bytes: u64,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PayloadSettings {

@@ -17,6 +17,7 @@ use sluice_protocol::now_ms;
 use tracing::{Instrument, Span};
 
 use crate::deliver::{fifo, message_span};
+use crate::process::events::Fault;
 use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
@@ -340,7 +341,7 @@ impl Dispatcher {
             for (i, reason) in &rejected {
                 tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                     "rejected and no deadLetterSink is configured; releasing");
-                self.metrics.error("dead_letter", "no_dead_letter_sink");
+                self.metrics.fault(Fault::NoDeadLetterSink);
                 warnings::no_dead_letter_sink(reason);
             }
             return rejected.into_iter().map(|(i, _)| (i, Verdict::Release)).collect();
@@ -359,7 +360,7 @@ impl Dispatcher {
                     tracing::info!(message_id = %items[*i].record.message_id, traceparent = items[*i].record.trace.as_deref(), %reason, "dead-lettered");
                     self.metrics.dead_lettered(&items[*i].record.queue_url);
                     if leaves_context_out(&items[*i].record) {
-                        self.metrics.error("dead_letter", "reason_left_out_at_attribute_limit");
+                        self.metrics.fault(Fault::DeadLetterReasonLeftOut);
                     }
                     (*i, Verdict::Delete)
                 }
@@ -377,7 +378,7 @@ impl Dispatcher {
                         "dead-letter sink did not take the record; holding");
                     health::failed(sink, &reason);
                     warnings::delivery_failed(sink, "dead_letter_failed", &reason);
-                    self.metrics.error("dead_letter", "failed");
+                    self.metrics.fault(Fault::DeadLetterFailed);
                     (*i, Verdict::Hold)
                 }
             })

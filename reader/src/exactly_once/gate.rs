@@ -4,21 +4,22 @@ use std::sync::Arc;
 
 use aws_sdk_sqs::types::Message;
 use futures::future::BoxFuture;
-use sluice_protocol::{Incarnation, LEASE_ID_BUDGET};
+use sluice_protocol::{EpochKey, Incarnation, LEASE_ID_BUDGET};
 
 use super::Driver;
 use super::redelivery;
 use crate::aws::queue::Queue;
-use crate::settle::ledger::Tag;
-use crate::settle::{Gate, Pipeline};
+use crate::process::metrics::Metrics;
+use crate::settle::{Decision, Gate, Tag};
 
 pub struct EpochGate {
     driver: Arc<Driver>,
+    metrics: Arc<Metrics>,
 }
 
 impl EpochGate {
-    pub fn new(driver: Arc<Driver>) -> Self {
-        Self { driver }
+    pub fn new(driver: Arc<Driver>, metrics: Arc<Metrics>) -> Self {
+        Self { driver, metrics }
     }
 }
 
@@ -29,17 +30,22 @@ impl Gate for EpochGate {
         self.driver.can_receive() && self.driver.pending_ids() + batch <= LEASE_ID_BUDGET
     }
 
-    fn sort<'a>(
-        &'a self,
-        pipeline: &'a Arc<Pipeline>,
-        queue: &'a Queue,
-        messages: Vec<Message>,
-    ) -> BoxFuture<'a, Vec<(Message, Tag)>> {
-        Box::pin(redelivery::sort(pipeline, &self.driver, queue, messages))
+    fn sort<'a>(&'a self, queue: &'a Queue, messages: &'a [Message]) -> BoxFuture<'a, Vec<Decision>> {
+        Box::pin(redelivery::sort(&self.driver, &self.metrics, queue, messages))
     }
 
     fn settled(&self, tag: Tag, message_id: &str, delivered: bool) {
         self.driver.settled(Incarnation(tag.incarnation), tag.epoch, message_id, delivered);
+    }
+
+    /// Only a delete sent on a valid lease had a current handle (see
+    /// `Backend::lease_valid_until_ms`); then the lease entry may shrink.
+    fn redelivery_deleted(&self, key: &EpochKey, message_id: &str, sent_at_ms: i64) -> bool {
+        if sent_at_ms >= self.driver.backend().lease_valid_until_ms() {
+            return false;
+        }
+        self.driver.redelivered_deleted(key, message_id);
+        true
     }
 
     fn held(&self, covered_until_ms: i64, drain_millis_per_second: u64, in_flight: u64) {

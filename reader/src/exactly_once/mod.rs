@@ -1,4 +1,4 @@
-//! The reader's side of the checkpoint protocol (DESIGN.md section 3; `protocol/PROTOCOL.md`):
+//! The reader's side of the checkpoint protocol (`protocol/PROTOCOL.md`):
 //! the gate the stages ask, the driver that runs the pure `ReaderEpochs` state machine against a
 //! backend, and the worker that carries out the protocol's work on the sinks and the ledger.
 //!

@@ -2,6 +2,7 @@
 //! limit, decoding into records.
 
 pub mod bound;
+pub mod context;
 pub mod decode;
 pub mod limiter;
 pub mod pacing;

@@ -13,26 +13,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
-use sluice_crds::PayloadFormat;
 use sluice_protocol::now_ms;
 use tracing::Instrument;
 
+use super::context::Intake;
 use super::decode::{Decoded, decode};
-use super::limiter::Limiter;
 use super::receive::{random_attempt_id, receive_once};
 use super::window::{Quiet, Turn as WindowTurn};
-use crate::aws::queue::Queue;
-use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::{Item, Verdict};
 use crate::payload::{Resolution, Resolver, hold, pointer};
 use crate::process::backoff::backoff;
+use crate::process::events::Fault;
 use crate::process::metrics::queue_name;
 use crate::process::stop::Stop;
 use crate::record::Record;
-use crate::settle::held::{Claim, Held};
+use crate::settle::Arrival;
+use crate::settle::held::Claim;
 use crate::settle::ledger::Ticket;
-use crate::settle::{Arrival, Pipeline};
-use crate::sink::circuit;
 
 /// How often a poller looks again whether the gate lets it receive.
 const GATE_WAIT: Duration = Duration::from_millis(100);
@@ -52,18 +49,10 @@ const LONGEST_RETRY: Duration = Duration::from_secs(20);
 
 pub struct Poller {
     pub id: usize,
-    pub queue: Arc<Queue>,
-    pub receive: ReceiveSettings,
-    pub payload: PayloadFormat,
-    pub limiter: Arc<Limiter>,
-    /// What the reader holds (received, not yet settled), shared by every poller.
-    pub held: Arc<Held>,
-    pub pipeline: Arc<Pipeline>,
+    /// What the queue's pollers share.
+    pub intake: Arc<Intake>,
     /// Cancelled when the queue needs one poller fewer: it ends before its next receive.
     pub retire: tokio_util::sync::CancellationToken,
-    /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
-    /// is resolved).
-    pub resolver: Option<Arc<Resolver>>,
     /// Shared by the queue's pollers: what they waited for before receiving again.
     pub waits: Arc<Waits>,
 }
@@ -123,12 +112,12 @@ impl Poller {
     /// Poll until retired or stopped, every line logged meanwhile carrying the queue: one span
     /// for the poller's whole life, not one per receive, so the hot path pays nothing for it.
     pub async fn run(self) {
-        let span = tracing::info_span!("poll", queue = queue_name(&self.queue.url), poller = self.id);
+        let span = tracing::info_span!("poll", queue = queue_name(&self.intake.queue.url), poller = self.id);
         self.poll().instrument(span).await;
     }
 
     async fn poll(self) {
-        self.pipeline.metrics().declare_queue(&self.queue.url);
+        self.intake.metrics.declare_queue(&self.intake.queue.url);
         let backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
         let mut retry = Retry { backoff, attempt_id: None, resume_at: None, turn: None, waited: false };
         while !self.retire.is_cancelled() {
@@ -142,35 +131,39 @@ impl Poller {
                 Turn::Stop => break,
             }
         }
-        tracing::debug!(poller = self.id, queue = %self.queue.url, "poller stopped");
+        tracing::debug!(poller = self.id, queue = %self.intake.queue.url, "poller stopped");
     }
 
     /// Wait for the gate and for room, then receive once.
     async fn next_batch(&self, retry: &mut Retry) -> Turn {
-        let stop = self.pipeline.stop();
-        let max = self.receive.max_messages as u32;
+        let stop = &self.intake.stop;
+        let max = self.intake.receive.max_messages as u32;
         if !self.wait_for_gate(stop).await || !self.pace(retry, stop).await {
             return Turn::Stop;
         }
-        let claim = match self.held.try_claim(max as usize) {
+        let claim = match self.intake.held.try_claim(max as usize) {
             Some(claim) => claim,
             None => {
                 let since = Instant::now();
                 let claim = tokio::select! {
                     biased;
                     () = stop.stopped() => return Turn::Stop,
-                    claim = self.held.claim(max as usize) => claim,
+                    claim = self.intake.held.claim(max as usize) => claim,
                 };
                 Waits::add(&self.waits.room_us, since);
                 claim
             }
         };
-        if self.queue.fifo && retry.attempt_id.is_none() {
+        if self.intake.queue.fifo && retry.attempt_id.is_none() {
             retry.attempt_id = Some(random_attempt_id());
         }
-        let metrics = self.pipeline.metrics();
-        let mut receive =
-            std::pin::pin!(receive_once(&self.queue, &self.receive, retry.attempt_id.clone(), metrics));
+        let metrics = &self.intake.metrics;
+        let mut receive = std::pin::pin!(receive_once(
+            &self.intake.queue,
+            &self.intake.receive,
+            retry.attempt_id.clone(),
+            metrics
+        ));
         let (answer, stopping) = tokio::select! {
             biased;
             answer = &mut receive => (answer, false),
@@ -184,7 +177,7 @@ impl Poller {
                 retry.backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
                 retry.attempt_id = None;
                 let messages = out.messages.unwrap_or_default();
-                let window = self.receive.batch_window;
+                let window = self.intake.receive.batch_window;
                 let pause =
                     self.waits.quiet.after_receive(window, messages.len(), max as usize, retry.waited);
                 retry.resume_at = (!pause.is_zero()).then(|| Instant::now() + pause);
@@ -193,7 +186,7 @@ impl Poller {
             Err(_) if stopping => return Turn::Stop,
             Err(error) => {
                 let delay = retry.backoff.next().unwrap_or(LONGEST_RETRY);
-                tracing::warn!(poller = self.id, queue = %self.queue.url, %error, ?delay, "receive failed; backing off");
+                tracing::warn!(poller = self.id, queue = %self.intake.queue.url, %error, ?delay, "receive failed; backing off");
                 return tokio::select! {
                     () = stop.stopped() => Turn::Stop,
                     () = tokio::time::sleep(delay) => Turn::Again,
@@ -201,7 +194,7 @@ impl Poller {
             }
         };
         if messages.is_empty() {
-            metrics.empty_receive(&self.queue.url);
+            metrics.empty_receive(&self.intake.queue.url);
             return if stopping { Turn::Stop } else { Turn::Again };
         }
         tracing::debug!(messages = messages.len(), "received");
@@ -246,7 +239,7 @@ impl Poller {
         if let Ok(answer) = tokio::time::timeout(RECEIVE_GRACE, &mut *receive).await {
             return Some(answer);
         }
-        while self.pipeline.lock_ledger().to_hand_back() > 0 {
+        while self.intake.pipeline.to_hand_back() > 0 {
             if let Ok(answer) = tokio::time::timeout(HAND_BACK_CHECK, &mut *receive).await {
                 return Some(answer);
             }
@@ -269,7 +262,7 @@ impl Poller {
         // The rate limit counts what is delivered: a streamed object's size, not its empty body.
         let content: u64 = items.iter().map(|i| i.record.content_bytes()).sum();
         if stopping {
-            self.pipeline.release(&tickets, &items);
+            self.intake.pipeline.release(&tickets, &items);
             return false;
         }
         if items.is_empty() {
@@ -278,16 +271,16 @@ impl Poller {
         let since = Instant::now();
         tokio::select! {
             biased;
-            () = self.pipeline.stop().stopped() => {
-                self.pipeline.release(&tickets, &items);
+            () = self.intake.stop.stopped() => {
+                self.intake.pipeline.release(&tickets, &items);
                 return false;
             }
-            () = self.limiter.acquire(items.len(), usize::try_from(content).unwrap_or(usize::MAX)) => {}
+            () = self.intake.limiter.acquire(items.len(), usize::try_from(content).unwrap_or(usize::MAX)) => {}
         }
         Waits::add(&self.waits.rate_us, since);
-        self.pipeline.metrics().held.waited(items.len(), landed.elapsed());
+        self.intake.metrics.held.waited(items.len(), landed.elapsed());
         crate::settle::held_report::waited(items.len(), landed.elapsed());
-        self.pipeline.deliver(tickets, items, self.queue.fifo, claim);
+        self.intake.pipeline.deliver(tickets, items, self.intake.queue.fifo, claim);
         true
     }
 
@@ -298,10 +291,7 @@ impl Poller {
     /// only be held. A long poll already out when a circuit opens lands, and its messages are
     /// held. `false`: stopped meanwhile.
     async fn wait_for_gate(&self, stop: &Stop) -> bool {
-        let gate = self.pipeline.gate();
-        let sinks = &self.pipeline.sinks().sinks;
-        let paused = || circuit::blocks_receiving(sinks.iter().map(|s| s.sink.name()));
-        while !gate.may_receive(self.receive.max_messages as usize) || paused() {
+        while !self.intake.pipeline.may_receive(self.intake.receive.max_messages as usize) {
             tokio::select! {
                 () = stop.stopped() => return false,
                 () = tokio::time::sleep(GATE_WAIT) => {}
@@ -314,21 +304,21 @@ impl Poller {
     /// exactlyOnce a redelivery of an acked message is not delivered again): only those it
     /// returns are tagged and delivered.
     async fn take_in(&self, messages: Vec<Message>) -> (Vec<Ticket>, Vec<Item>) {
-        let metrics = self.pipeline.metrics();
+        let metrics = &self.intake.metrics;
         let usable: Vec<Message> = messages
             .into_iter()
             .filter(|m| {
                 let ok = m.receipt_handle().is_some() && m.message_id().is_some();
                 if !ok {
-                    metrics.error("receive", "message_without_id_or_receipt");
+                    metrics.fault(Fault::MessageWithoutIdOrReceipt);
                 }
                 ok
             })
             .collect();
         let sent_ms: Vec<i64> = usable.iter().filter_map(sent_timestamp_ms).collect();
         let bytes: usize = usable.iter().map(|m| m.body().map_or(0, str::len)).sum();
-        metrics.received(&self.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
-        let usable = self.pipeline.gate().sort(&self.pipeline, &self.queue, usable).await;
+        metrics.received(&self.intake.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
+        let usable = self.intake.pipeline.sort(&self.intake.queue, usable).await;
         let arrivals: Vec<Arrival> = usable
             .iter()
             .map(|(m, tag)| Arrival {
@@ -337,20 +327,22 @@ impl Poller {
                 tag: *tag,
             })
             .collect();
-        let admitted = self.pipeline.admit(self.queue.index, &arrivals, self.queue.visibility);
+        let admitted =
+            self.intake.pipeline.admit(self.intake.queue.index, &arrivals, self.intake.queue.visibility);
         let mut decoded = Vec::with_capacity(usable.len());
         for ((message, tag), ticket) in usable.into_iter().zip(admitted) {
-            let (mut record, poison) = match decode(message, &self.queue.url, self.payload, tag.epoch) {
-                Decoded::Ok(r) => (r, None),
-                Decoded::Poison(r, reason) => {
-                    metrics.error("decode", "invalid_payload");
-                    (r, Some(reason))
-                }
-            };
+            let (mut record, poison) =
+                match decode(message, &self.intake.queue.url, self.intake.payload, tag.epoch) {
+                    Decoded::Ok(r) => (r, None),
+                    Decoded::Poison(r, reason) => {
+                        metrics.fault(Fault::InvalidPayload);
+                        (r, Some(reason))
+                    }
+                };
             record.incarnation = tag.incarnation;
             decoded.push((ticket, record, poison));
         }
-        let Some(resolver) = &self.resolver else {
+        let Some(resolver) = &self.intake.resolver else {
             return decoded
                 .into_iter()
                 .map(|(ticket, record, poison)| (ticket, Item { record: Arc::new(record), poison }))
@@ -369,9 +361,9 @@ impl Poller {
         resolver: &Resolver,
         decoded: Vec<(Ticket, Record, Option<String>)>,
     ) -> (Vec<Ticket>, Vec<Item>) {
-        let metrics = self.pipeline.metrics();
-        let objects = self.pipeline.acker().objects();
-        let (stop, received) = (self.pipeline.stop(), Instant::now());
+        let metrics = &self.intake.metrics;
+        let objects = self.intake.pipeline.objects();
+        let (stop, received) = (&self.intake.stop, Instant::now());
         let resolved =
             futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {
                 match poison {
@@ -406,7 +398,7 @@ impl Poller {
             let (item, settle) = match resolution {
                 Resolution::Deliver(record) => (Item { record: Arc::new(record), poison: None }, None),
                 Resolution::Poison(record, reason) => {
-                    metrics.error("payload", "unreadable_object");
+                    metrics.fault(Fault::UnreadableObject);
                     crate::payload::warn("unreadable", &reason);
                     (Item { record: Arc::new(record), poison: Some(reason) }, None)
                 }
@@ -419,7 +411,7 @@ impl Poller {
                 }
             };
             match settle {
-                Some(verdict) => self.pipeline.settle(&[ticket], &[verdict], &[item]),
+                Some(verdict) => self.intake.pipeline.settle(&[ticket], &[verdict], &[item]),
                 None => {
                     tickets.push(ticket);
                     items.push(item);

@@ -8,6 +8,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use crate::aws::queue::Queue;
 use crate::aws::{describe, error_type};
 use crate::config::settings::ReceiveSettings;
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 
 /// Receive once from `queue`; the error is one line for the log (kind and reason).
@@ -39,11 +40,11 @@ pub async fn receive_once(
         }
         Ok(Err(e)) => {
             let kind = error_type(&e);
-            metrics.error("receive", kind.clone());
+            metrics.fault(Fault::ReceiveFailed(kind.clone()));
             Err(format!("{kind}: {}", describe(&e)))
         }
         Err(_) => {
-            metrics.error("receive", "timeout");
+            metrics.fault(Fault::ReceiveTimeout);
             Err(format!("no answer within {limit:?}"))
         }
     }

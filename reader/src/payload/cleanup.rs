@@ -2,7 +2,7 @@
 //! (`spec.payload.extendedClient.deleteObjects`), as the Extended Clients do when they delete a
 //! message.
 //!
-//! Why keyed by the ledger's ticket and fired by the acker: the object may go only when SQS
+//! Why keyed by the id `settle` gives each received message (opaque here) and fired by the acker: the object may go only when SQS
 //! confirmed the message's deletion, and that answer exists only in the acker (a failed
 //! DeleteMessageBatch entry means the message comes back and still needs its object). Under
 //! exactlyOnce the acker deletes a message only after the epoch holding it committed, so the
@@ -26,7 +26,9 @@ use tokio::task::JoinHandle;
 
 use super::pointer::Pointer;
 use crate::process::metrics::Metrics;
-use crate::settle::ledger::Ticket;
+
+/// The id `settle` gives one received message (a redelivery gets a new one); opaque here.
+pub type Ticket = u64;
 
 /// Objects waiting for their DeleteObjects call; beyond this they are left in place.
 const QUEUED: usize = 10_000;

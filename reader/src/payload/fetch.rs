@@ -19,7 +19,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::stream::{ObjectRef, StreamSource, StreamedObject};
 use crate::aws::describe;
+use crate::config::payload::Bounds;
 use crate::process::backoff::backoff;
+use crate::process::fetch_stats::FetchStats;
 
 /// Attempts of one fetch before it counts as failed (the message is then held and fetched again:
 /// `hold`).
@@ -38,16 +40,6 @@ const PERMANENT_CODES: &[&str] = &[
     "Forbidden",
     "PreconditionFailed",
 ];
-
-/// The bounds of one reader's fetching.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
-    pub max_object_bytes: u64,
-    pub max_concurrent_fetches: usize,
-    pub max_bytes_in_flight: u64,
-    /// Objects over this are streamed by the sinks, not held (`spec.payload.streamAboveBytes`).
-    pub stream_above_bytes: u64,
-}
 
 /// What a fetch answers: the object's bytes, or, above `streamAboveBytes`, a checked reference.
 pub enum Fetched {
@@ -77,7 +69,7 @@ pub struct Fetcher {
     fetches: Arc<Semaphore>,
     /// KiB of fetched bodies alive.
     budget: Arc<Semaphore>,
-    pub(super) stats: Arc<super::FetchStats>,
+    pub(super) stats: Arc<FetchStats>,
     /// What streamed objects read through: the same client, slots and budget.
     streams: Arc<StreamSource>,
 }
@@ -86,7 +78,7 @@ pub struct Fetcher {
 struct Held {
     data: Vec<u8>,
     _permit: OwnedSemaphorePermit,
-    stats: Arc<super::FetchStats>,
+    stats: Arc<FetchStats>,
 }
 
 impl AsRef<[u8]> for Held {
@@ -109,7 +101,7 @@ impl Fetcher {
     pub fn new(client: Client, bounds: Bounds) -> Self {
         let fetches = Arc::new(Semaphore::new(bounds.max_concurrent_fetches.max(1)));
         let budget = Arc::new(Semaphore::new(kib(bounds.max_bytes_in_flight) as usize));
-        let stats: Arc<super::FetchStats> = Arc::default();
+        let stats: Arc<FetchStats> = Arc::default();
         let streams = Arc::new(StreamSource::new(
             client.clone(),
             fetches.clone(),

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::{Resolution, Resolver};
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::record::Record;
@@ -50,7 +51,7 @@ pub async fn resolve(
             done => return done,
         };
         let delay = delays.next().unwrap_or(LONGEST_HOLD_RETRY);
-        metrics.error("payload", "fetch_failed");
+        metrics.fault(Fault::FetchFailed);
         if past_cap(received.elapsed(), delay) {
             super::warn(
                 "failed",

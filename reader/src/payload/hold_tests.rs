@@ -13,7 +13,8 @@ use axum::response::Response;
 use sluice_crds::PayloadFormat;
 
 use super::{past_cap, resolve};
-use crate::payload::{Bounds, Fetcher, Resolution, Resolver, pointer};
+use crate::config::payload::Bounds;
+use crate::payload::{Fetcher, Resolution, Resolver, pointer};
 use crate::process::backoff::LONGEST_HOLD_RETRY;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;

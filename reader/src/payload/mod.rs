@@ -11,7 +11,6 @@
 //! One object per message: S3 and EventBridge send one record per notification. A notification
 //! that names several objects is poison (its objects could not be settled one by one).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
@@ -19,6 +18,7 @@ use bytes::Bytes;
 use sluice_crds::PayloadFormat;
 
 use crate::config::payload::PayloadSettings;
+use crate::process::fetch_stats::FetchStats;
 use crate::process::warnings::{self, RateLimited};
 use crate::record::{Payload, Record};
 
@@ -33,7 +33,7 @@ pub mod stream;
 #[cfg(test)]
 mod stream_tests;
 
-pub use fetch::{Bounds, FetchError, Fetched, Fetcher};
+pub use fetch::{FetchError, Fetched, Fetcher};
 pub use stream::StreamedObject;
 
 use notification::{Notification, ObjectEvent};
@@ -58,29 +58,6 @@ pub enum Resolution {
     /// message in-process and answers this only when the reader stops (or the hold nears SQS's
     /// 12 h visibility cap): the message then goes back to the queue.
     Release(Record, String),
-}
-
-/// Counts read by the metrics (`process::metrics::PayloadMetrics`) at scrape time.
-#[derive(Default, Debug)]
-pub struct FetchStats {
-    pub objects: AtomicU64,
-    pub bytes: AtomicU64,
-    /// Bytes of fetched bodies alive now (fetched, not yet dropped by every sink).
-    pub held_bytes: AtomicU64,
-}
-
-impl FetchStats {
-    fn fetched(&self, bytes: u64) {
-        self.objects.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.held_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// A streamed object was read to its end by a sink (each sink's read counts).
-    fn streamed(&self, bytes: u64) {
-        self.objects.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
 }
 
 pub struct Resolver {
@@ -290,6 +267,7 @@ fn warn_limited(what: &'static str, kind: &'static str, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::payload::Bounds;
     use crate::sink::testing::record;
 
     fn resolver(buckets: &[&str]) -> Resolver {

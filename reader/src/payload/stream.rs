@@ -27,8 +27,9 @@ use bytes::Bytes;
 use futures::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::FetchStats;
-use super::fetch::{Bounds, FetchError, classify, kib};
+use super::fetch::{FetchError, classify, kib};
+use crate::config::payload::Bounds;
+use crate::process::fetch_stats::FetchStats;
 
 /// Bytes of `maxBytesInFlight` an open read counts: about what one sink holds of it at a time
 /// (the s3 sink's part; the http sink holds far less).

@@ -12,9 +12,10 @@ use axum::response::Response;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 
-use super::FetchStats;
-use super::fetch::{Bounds, FetchError};
+use super::fetch::FetchError;
 use super::stream::{ObjectRef, RESUMES, StreamSource, StreamedObject};
+use crate::config::payload::Bounds;
+use crate::process::fetch_stats::FetchStats;
 
 const ETAG: &str = "\"e1\"";
 /// Where the server cuts its first answer.

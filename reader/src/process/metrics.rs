@@ -16,9 +16,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::payload::FetchStats;
+use crate::process::events::Fault;
+use crate::process::fetch_stats::FetchStats;
+use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
-use crate::sink::SinkStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinkLabel {
@@ -315,8 +316,10 @@ impl Metrics {
         self.held.register(registry);
     }
 
-    pub fn error(&self, stage: &'static str, error_type: impl Into<String>) {
-        self.errors.get_or_create(&ErrorLabel { stage, error_type: error_type.into() }).inc();
+    /// Count one fault in `reader_errors_total{stage,error_type}`.
+    pub fn fault(&self, fault: Fault) {
+        let (stage, error_type) = fault.labels();
+        self.errors.get_or_create(&ErrorLabel { stage, error_type: error_type.into_owned() }).inc();
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -358,7 +361,7 @@ impl Metrics {
 
     /// A record `sink` failed or rejected (`kind`), counted per sink and among the errors.
     pub fn sink_error(&self, sink: &str, kind: &'static str) {
-        self.error("deliver", kind);
+        self.fault(Fault::Delivery(kind));
         self.sink_errors.get_or_create(&SinkErrorLabel { sink: sink.to_owned(), kind }).inc();
     }
 
@@ -568,7 +571,7 @@ mod tests {
         m.received(url, 3, 30, &[1_000, 2_000], 3_500);
         m.empty_receive("http://127.0.0.1:4566/queue/us-east-1/000000000000/idle");
         m.delivered("out", 2);
-        m.error("receive", "QueueDoesNotExist");
+        m.fault(Fault::ReceiveFailed("QueueDoesNotExist".into()));
         m.in_flight.set(5);
         m.set_ready(true);
         m.sink_latency("out", Duration::from_millis(3));

@@ -4,8 +4,11 @@
 pub mod admin;
 pub mod backoff;
 pub mod error;
+pub mod events;
+pub mod fetch_stats;
 pub mod metrics;
 pub mod runtime;
 pub mod signals;
+pub mod sink_stats;
 pub mod stop;
 pub mod warnings;

@@ -26,7 +26,7 @@ pub async fn drain(running: Running, options: &Options, stop: &Stop) {
     if let Some((driver, _)) = &epochs {
         driver.drain();
     }
-    tracing::info!(in_flight = pipeline.lock_ledger().len(), "stopping: draining in-flight work");
+    tracing::info!(in_flight = pipeline.in_flight(), "stopping: draining in-flight work");
     let work_deadline =
         deadline.checked_sub(FLUSH_RESERVE.min(options.shutdown_deadline / 4)).unwrap_or(deadline);
 
@@ -44,7 +44,7 @@ pub async fn drain(running: Running, options: &Options, stop: &Stop) {
         finish_epochs(driver, work_deadline, deadline).await;
     }
     let released = pipeline.release_all();
-    if tokio::time::timeout_at(deadline, pipeline.acker().close()).await.is_err() {
+    if tokio::time::timeout_at(deadline, pipeline.close_acker()).await.is_err() {
         tracing::warn!("drain deadline reached before every delete and release was confirmed");
     }
     let (heartbeat_stop, heartbeat_task) = heartbeat;
@@ -54,7 +54,7 @@ pub async fn drain(running: Running, options: &Options, stop: &Stop) {
     if let Some((_, worker)) = epochs {
         let _ = worker.await;
     }
-    tracing::info!(released, deleted = metrics.deleted.get(), left = pipeline.lock_ledger().len(), "drained");
+    tracing::info!(released, deleted = metrics.deleted.get(), left = pipeline.in_flight(), "drained");
 }
 
 /// Let the tagged epochs close, commit and delete rather than hand their messages back for

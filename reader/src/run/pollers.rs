@@ -9,18 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_crds::PayloadFormat;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::queue::Queue;
-use crate::config::settings::ReceiveSettings;
-use crate::intake::limiter::Limiter;
+use crate::intake::context::Intake;
 use crate::intake::poller::{Poller, Waits};
 use crate::intake::poller_count::{Bounds, PollerCount, Window};
-use crate::payload::Resolver;
-use crate::settle::Pipeline;
-use crate::settle::held::Held;
 
 /// How often the capacity is looked at within a window.
 const TICK: Duration = Duration::from_millis(100);
@@ -32,15 +26,8 @@ const TICKS: u32 = 10;
 const WAITING: f64 = 0.1;
 
 pub struct Crew {
-    pub queue: Arc<Queue>,
-    pub receive: ReceiveSettings,
-    pub payload: PayloadFormat,
-    pub limiter: Arc<Limiter>,
-    /// What the reader holds, shared by every poller: no room for a batch means the sinks are the limit.
-    pub held: Arc<Held>,
-    pub pipeline: Arc<Pipeline>,
-    /// Fetches the payloads S3 notifications and Extended Client pointers name (absent: neither).
-    pub resolver: Option<Arc<Resolver>>,
+    /// What the queue's pollers share.
+    pub intake: Arc<Intake>,
     pub bounds: Bounds,
 }
 
@@ -52,8 +39,8 @@ impl Crew {
         let mut count = PollerCount::new(self.bounds);
         let waits = Arc::new(Waits::default());
         self.resize(count.current(), &mut retire, &mut pollers, &mut next_id, &waits);
-        self.queue.receives.take();
-        let stop = self.pipeline.stop().clone();
+        self.intake.queue.receives.take();
+        let stop = self.intake.stop.clone();
         'windows: loop {
             let started = tokio::time::Instant::now();
             for _ in 0..TICKS {
@@ -63,7 +50,7 @@ impl Crew {
                 }
                 while pollers.try_join_next().is_some() {}
             }
-            let tallied = self.queue.receives.take();
+            let tallied = self.intake.queue.receives.take();
             let (room, rate) = waits.take();
             let poller_time = started.elapsed().as_secs_f64() * retire.len().max(1) as f64;
             let capacity_short = room.as_secs_f64() > WAITING * poller_time;
@@ -75,7 +62,7 @@ impl Crew {
                 waited_for_rate: rate.as_secs_f64() > WAITING * poller_time,
             };
             tracing::debug!(
-                queue = %self.queue.url,
+                queue = %self.intake.queue.url,
                 pollers = retire.len(),
                 messages = tallied.messages,
                 round_trip_ms = tallied.round_trip.as_secs_f64() * 1000.0,
@@ -88,7 +75,7 @@ impl Crew {
                 let fill =
                     tallied.messages as f64 / (tallied.receives.max(1) * self.bounds.batch as u64) as f64;
                 tracing::info!(
-                    queue = %self.queue.url,
+                    queue = %self.intake.queue.url,
                     from = retire.len(),
                     to = want,
                     batch_fill = (fill * 100.0).round() / 100.0,
@@ -120,14 +107,8 @@ impl Crew {
         while retire.len() < want {
             let token = CancellationToken::new();
             let poller = Poller {
-                id: self.queue.index * 1000 + *next_id,
-                queue: self.queue.clone(),
-                receive: self.receive.clone(),
-                payload: self.payload,
-                limiter: self.limiter.clone(),
-                held: self.held.clone(),
-                pipeline: self.pipeline.clone(),
-                resolver: self.resolver.clone(),
+                id: self.intake.queue.index * 1000 + *next_id,
+                intake: self.intake.clone(),
                 retire: token.clone(),
                 waits: waits.clone(),
             };

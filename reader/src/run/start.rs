@@ -17,6 +17,7 @@ use crate::config::settings::Settings;
 use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
 use crate::intake::bound::Rule;
+use crate::intake::context::Intake;
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::pacing;
 use crate::intake::poller_count::Bounds;
@@ -25,6 +26,7 @@ use crate::payload::{self, Resolver};
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::settle::acker::Acker;
@@ -89,7 +91,7 @@ pub async fn start(
     };
     let gate: Arc<dyn Gate> = match &joined {
         None => Arc::new(Open),
-        Some((driver, _)) => Arc::new(EpochGate::new(driver.clone())),
+        Some((driver, _)) => Arc::new(EpochGate::new(driver.clone(), metrics.clone())),
     };
     let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
     let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone());
@@ -111,10 +113,10 @@ pub async fn start(
     let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate, window };
     let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
     let epochs = joined.map(|(driver, work)| {
-        let worker = EpochWorker::new(pipeline.clone(), driver.clone());
+        let worker = EpochWorker::new(pipeline.clone(), driver.clone(), metrics.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, limiter, resolver, stop);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, resolver, stop);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -195,17 +197,18 @@ fn spawn_pollers(
     settings: &Settings,
     queues: &[Arc<Queue>],
     pipeline: &Arc<Pipeline>,
+    metrics: &Arc<Metrics>,
     limiter: Arc<Limiter>,
     resolver: Option<Arc<Resolver>>,
     stop: &Stop,
 ) -> JoinSet<()> {
     let batch = settings.receive.max_messages as usize;
     let rule = Rule::from_settings(settings);
-    let held = pacing::start(rule, limiter.clone(), pipeline.metrics().clone(), stop.clone());
+    let held = pacing::start(rule, limiter.clone(), metrics.clone(), stop.clone());
     crate::settle::held_report::register(&held);
     let mut pollers = JoinSet::new();
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
-        let crew = Crew {
+        let intake = Intake {
             queue: queue.clone(),
             receive: settings.receive.clone(),
             payload: settings.payload,
@@ -213,6 +216,11 @@ fn spawn_pollers(
             held: held.clone(),
             pipeline: pipeline.clone(),
             resolver: resolver.clone(),
+            metrics: metrics.clone(),
+            stop: stop.clone(),
+        };
+        let crew = Crew {
+            intake: Arc::new(intake),
             bounds: Bounds { min: count, max: count * 2, batch, rate: settings.rate.messages_per_second },
         };
         pollers.spawn(crew.run());
@@ -239,7 +247,7 @@ async fn connect_queues(
             Err(outage @ Error::Outage { .. }) => outage,
             Err(other) => return Err(other),
         };
-        metrics.error("start", "unreachable");
+        metrics.fault(Fault::StartUnreachable);
         let wait = delays.next().unwrap_or(LONGEST_CONNECT_RETRY);
         tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{outage}; not ready, trying again");
         tokio::select! {

@@ -20,6 +20,7 @@ use sluice_crds::SinkSpec;
 use crate::aws::{SqsClients, describe};
 use crate::config::settings::Settings;
 use crate::process::backoff::backoff;
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::sink;
@@ -169,7 +170,7 @@ pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, m
             Found::Yes => {}
             Found::Problem(line) => {
                 tracing::warn!(field = %target.field, "{line}");
-                metrics.error("start", "target_missing");
+                metrics.fault(Fault::TargetMissing);
                 open.push(target);
             }
             Found::Unknown(line) => tracing::warn!(field = %target.field, "{line}; deliveries will tell"),

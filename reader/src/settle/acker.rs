@@ -22,6 +22,7 @@ use crate::aws::error_type;
 use crate::aws::queue::Queue;
 use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::backoff;
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
@@ -268,7 +269,7 @@ async fn settle_with_retries(
         succeeded.extend(done);
         let (retry, give_up): (Vec<_>, Vec<_>) = failed.into_iter().partition(|(_, retryable)| *retryable);
         for _ in &give_up {
-            shared.metrics.error(stage, "not_retryable");
+            shared.metrics.fault(Fault::Ack { stage, code: "not_retryable".into() });
         }
         forget(shared, &give_up.iter().map(|(t, _)| *t).collect::<Vec<_>>());
         batch.retain(|(t, _)| retry.iter().any(|(r, _)| r == t));
@@ -281,7 +282,7 @@ async fn settle_with_retries(
     }
     tracing::warn!(stage, messages = batch.len(), "giving up after {ATTEMPTS} attempts; SQS will redeliver");
     for _ in &batch {
-        shared.metrics.error(stage, "gave_up");
+        shared.metrics.fault(Fault::Ack { stage, code: "gave_up".into() });
     }
     forget(shared, &batch.iter().map(|(t, _)| *t).collect::<Vec<_>>());
     succeeded
@@ -327,13 +328,13 @@ async fn call(shared: &Shared, kind: Kind, queue: usize, batch: &[(Ticket, Recei
         Ok(failed) => failed
             .into_iter()
             .filter_map(|f| {
-                shared.metrics.error(stage, f.code.clone());
+                shared.metrics.fault(Fault::Ack { stage, code: f.code.clone() });
                 let retryable = !f.sender_fault;
                 f.id.parse::<Ticket>().ok().map(|t| (t, retryable))
             })
             .collect(),
         Err(kind) => {
-            shared.metrics.error(stage, kind);
+            shared.metrics.fault(Fault::Ack { stage, code: kind });
             batch.iter().map(|(t, _)| (*t, true)).collect()
         }
     }

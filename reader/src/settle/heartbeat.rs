@@ -17,6 +17,7 @@ use super::gate::Gate;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 
 const TICK: Duration = Duration::from_millis(500);
@@ -126,12 +127,12 @@ impl Heartbeat {
                 .failed
                 .into_iter()
                 .map(|f| {
-                    self.metrics.error("extend", f.code);
+                    self.metrics.fault(Fault::ExtendFailed(f.code));
                     f.id
                 })
                 .collect(),
             Err(e) => {
-                self.metrics.error("extend", error_type(&e));
+                self.metrics.fault(Fault::ExtendFailed(error_type(&e)));
                 return;
             }
         };

@@ -2,12 +2,16 @@
 //! heartbeat, and the gate through which the checkpoint protocol (if any) is asked.
 
 pub mod acker;
+mod epoch_steps;
 pub mod gate;
 pub mod heartbeat;
 pub mod held;
 pub mod held_report;
 pub mod ledger;
 pub mod pipeline;
+mod sorted;
 
-pub use gate::{Gate, Open};
+pub use epoch_steps::{Deleted, EpochSettle};
+pub use gate::{Decision, Gate, Open};
+pub use ledger::Tag;
 pub use pipeline::{Arrival, Pipeline};

@@ -7,7 +7,6 @@
 //! Tagged messages are reported to the [`Gate`] after the ledger, so an epoch can only close on
 //! messages the ledger holds.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,11 +20,12 @@ use super::gate::Gate;
 use super::held::Claim;
 use super::ledger::{Ledger, Tag, Ticket};
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
+use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
 use crate::process::error::Error;
+use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
-use crate::sink::Sinks;
 use crate::sink::circuit::{self, Turn};
 
 /// How long a message may be held since its receive before it is handed back: SQS refuses to
@@ -42,15 +42,15 @@ enum Round {
 }
 
 pub struct Pipeline {
-    dispatcher: Dispatcher,
+    pub(super) dispatcher: Dispatcher,
     ledger: Arc<Mutex<Ledger>>,
-    acker: Acker,
-    metrics: Arc<Metrics>,
+    pub(super) acker: Acker,
+    pub(super) metrics: Arc<Metrics>,
     stop: Stop,
-    gate: Arc<dyn Gate>,
+    pub(super) gate: Arc<dyn Gate>,
     /// Cancelled when the drain deadline passes: deliveries still running are dropped.
-    abort: CancellationToken,
-    deliveries: TaskTracker,
+    pub(super) abort: CancellationToken,
+    pub(super) deliveries: TaskTracker,
 }
 
 /// One received message to admit: id, receipt handle, and its tag.
@@ -73,38 +73,37 @@ impl Pipeline {
         Self { dispatcher, ledger, acker, metrics, stop, gate, abort, deliveries }
     }
 
-    pub fn lock_ledger(&self) -> MutexGuard<'_, Ledger> {
+    pub(super) fn lock_ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+    /// May a poller receive a batch of up to `batch` messages now: the gate lets it, and no
+    /// circuit of a sink the source's messages go to is open (`sink::circuit`). Any, not only the
+    /// sink of the next message: SQS cannot receive selectively, and what a receive brings for
+    /// an open sink could only be held.
+    pub fn may_receive(&self, batch: usize) -> bool {
+        let sinks = &self.dispatcher.sinks().sinks;
+        self.gate.may_receive(batch) && !circuit::blocks_receiving(sinks.iter().map(|s| s.sink.name()))
     }
 
-    pub fn stop(&self) -> &Stop {
-        &self.stop
+    /// Messages held (received, not yet deleted or released).
+    pub fn in_flight(&self) -> usize {
+        self.lock_ledger().len()
     }
 
-    pub fn gate(&self) -> &Arc<dyn Gate> {
-        &self.gate
+    /// Messages a stopping reader still has to hand back.
+    pub fn to_hand_back(&self) -> usize {
+        self.lock_ledger().to_hand_back()
     }
 
-    pub fn acker(&self) -> &Acker {
-        &self.acker
+    /// The S3 objects deleted with their messages (Extended Client pointers), if any.
+    pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
+        self.acker.objects()
     }
 
-    pub fn sinks(&self) -> &Sinks {
-        self.dispatcher.sinks()
-    }
-
-    /// Fires when the drain deadline passed and deliveries still running are dropped.
-    pub fn aborted(&self) -> &CancellationToken {
-        &self.abort
-    }
-
-    /// Run `work` as part of the deliveries the drain waits for.
-    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        self.deliveries.spawn(work);
+    /// Wait until every delete and release handed to the acker is sent (end of a drain).
+    pub async fn close_acker(&self) {
+        self.acker.close().await;
     }
 
     /// Record received messages in the ledger; returns a ticket for each.
@@ -167,7 +166,7 @@ impl Pipeline {
                         messages = pending.len(),
                         "held for nearly SQS's 12 h visibility cap since the receive: handing back"
                     );
-                    pipeline.metrics.error("deliver", "held_past_visibility_cap");
+                    pipeline.metrics.fault(Fault::HeldPastVisibilityCap);
                     pipeline.hand_back(&pending, &tickets, &items, &mut claim, Verdict::Release);
                     return;
                 }
@@ -214,7 +213,7 @@ impl Pipeline {
         if panicked {
             let left: Vec<usize> = (0..subset.len()).filter(|&k| open[k]).map(|k| pending[k]).collect();
             tracing::error!(messages = left.len(), "a sink panicked; releasing its messages");
-            self.metrics.error("deliver", "panic");
+            self.metrics.fault(Fault::DeliveryPanicked);
             let tickets: Vec<Ticket> = left.iter().map(|&i| tickets[i]).collect();
             let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
             self.release(&tickets, &items);

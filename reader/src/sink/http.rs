@@ -33,11 +33,11 @@ use super::error::SinkBuildError;
 use super::fault::Fault;
 use super::retry::{AttemptError, Attempts, GiveUp, RetryPolicy, parse_retry_after};
 use super::secret_file::{self, SecretHeader};
-use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
 use crate::payload::FetchError;
 use crate::payload::stream::ObjectBody;
+use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
 
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).

@@ -15,7 +15,8 @@ use futures::StreamExt;
 use super::http_tests::{Reply, deliver, serve, sink};
 use super::testing::record;
 use super::{Outcome, Sink};
-use crate::payload::{Bounds, Fetched, Fetcher};
+use crate::config::payload::Bounds;
+use crate::payload::{Fetched, Fetcher};
 use crate::record::Record;
 
 const ETAG: &str = "\"e1\"";

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sluice_protocol::EpochKey;
 
+use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
 
 mod aws_error;
@@ -48,7 +49,6 @@ mod sqs_batch_tests;
 mod sqs_offload;
 #[cfg(test)]
 mod sqs_tests;
-pub mod stats;
 #[cfg(test)]
 pub(crate) mod testing;
 mod url;
@@ -57,7 +57,6 @@ pub use build::{RoutedSink, SinkContext, Sinks, build, build_all};
 pub use dead_letter::DeadLetter;
 pub use epochs::EpochStep;
 pub use error::{SinkBuildError, SinkError};
-pub use stats::SinkStats;
 
 /// The final word of a sink on one record, after its own retries.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +80,7 @@ pub enum Outcome {
     },
 }
 
-/// How a sink takes part in the checkpoint protocol (DESIGN.md section 3).
+/// How a sink takes part in the checkpoint protocol (`protocol/PROTOCOL.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EpochSupport {
     /// Output becomes visible only on `commit` (s3).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{RetrySpec, RetryStrategy};
 
-use super::stats::SinkStats;
+use crate::process::sink_stats::SinkStats;
 
 /// What one attempt came to, as far as retrying is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]

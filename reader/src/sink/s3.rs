@@ -30,10 +30,10 @@ use super::aws_error;
 use super::error::SinkBuildError;
 use super::retry::{Attempts, RetryPolicy};
 use super::s3_layout::{StreamedLine, append_line, direct_key, epoch_prefix, new_incarnation, object_key};
-use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
 use crate::payload::{FetchError, StreamedObject};
+use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
 
 /// S3's smallest part (all but the last part of an upload).

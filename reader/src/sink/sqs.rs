@@ -33,9 +33,9 @@ use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, RetryPolicy};
 use super::sqs_attributes::{self, PACKED, data_type};
 use super::sqs_offload::Offload;
-use super::stats::SinkStats;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
+use crate::process::sink_stats::SinkStats;
 use crate::process::warnings;
 use crate::record::Record;
 

@@ -1,7 +1,7 @@
 //! When an acknowledged message may be deleted.
 //!
 //! Why a policy and not a flag in the pipeline: at-least-once deletes as soon as the sink says
-//! `Delivered`; exactly-once (DESIGN.md section 3) holds the acknowledged receipts of an epoch
+//! `Delivered`; exactly-once (`protocol/PROTOCOL.md`) holds the acknowledged receipts of an epoch
 //! until the epoch is committed across readers. The ledger asks the policy, so the pipeline is
 //! the same under both guarantees and the exactly-once layer only has to call `commit`.
 

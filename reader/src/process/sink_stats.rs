@@ -1,5 +1,8 @@
 //! Counters a sink keeps about itself, for the pipeline's metrics to read.
 //!
+//! Why in `process` and not in `sink`: the metrics read them, and the shared bottom imports no
+//! stage; so the type sits below both.
+//!
 //! Why plain atomics and not metrics types: the sinks should not know which metrics library the
 //! reader exports with, nor its label names. The pipeline reads these after each `deliver` (or at
 //! scrape time) and feeds its own `sink_retries_total{sink}`; a sink only counts.
