@@ -8,6 +8,7 @@ pub mod held;
 pub mod held_report;
 pub mod ledger;
 pub mod pipeline;
+pub mod wait_quantiles;
 
 pub use gate::{Gate, Open};
 pub use pipeline::{Arrival, Pipeline};
