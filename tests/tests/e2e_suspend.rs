@@ -34,6 +34,8 @@ fn source_yaml(queue: &TestQueue, bucket: &str, endpoint: &str, suspend: bool) -
     SourceYaml::new(SOURCE, &queue.url, endpoint)
         .visibility_timeout(30)
         .exactly_once(2)
+        // Slow enough that the suspend lands mid-stream.
+        .rate_limit(60)
         .sink("archive", Sink::s3(bucket, &format!("{PREFIX}/"), endpoint))
         .replicas(2, 2)
         .suspend(suspend)
