@@ -2,9 +2,11 @@
 //!
 //! A queue is fed at a steady rate faster than one reader drains (its sink answers each event after
 //! a fixed latency). Depth and drain-time targets are set so that they never call for a second
-//! replica; only the latency target can. The oldest age the readers report (from SentTimestamp)
-//! must push the replicas up, with a decision that names the target, until the age falls under
-//! the target; the count must then hold while the feed goes on. The age is printed over time.
+//! replica; only the latency target can. The source starts suspended, so that when it resumes
+//! with one reader the oldest waiting message is already older than the target. The oldest age the
+//! readers report (from SentTimestamp) must push the replicas up, with a decision that names the
+//! target, until the age falls under the target; the count must then hold while the feed goes on.
+//! The age is printed over time.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use anyhow::{Result, bail};
 use kube::Api;
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::SourceYaml;
 use sluice_tests::system::System;
@@ -25,10 +28,13 @@ const FEED_BATCH: usize = 10;
 const FEED_EVERY: Duration = Duration::from_millis(400);
 const FEED_FOR: Duration = Duration::from_secs(150);
 const SINK_LATENCY: Duration = Duration::from_millis(200);
-const MAX_REPLICAS: i32 = 6;
+const MAX_REPLICAS: i32 = 8;
+/// How long the queue is fed while the source is suspended: longer than the target.
+const PRELOAD: Duration = Duration::from_secs(15);
 
-fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str) -> String {
+fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, suspend: bool) -> String {
     SourceYaml::behind_slow_sink(SOURCE, &queue.url, endpoint, sink, MAX_REPLICAS)
+        .suspend(suspend)
         .target_drain(3_600)
         .target_latency(TARGET_SECONDS)
         .yaml()
@@ -86,12 +92,22 @@ async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_hol
     let sink = SinkServer::start_with_latency("127.0.0.1:0", SINK_LATENCY).await?;
     let system =
         System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-latency")).await?;
-    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url())).await?;
-    system.wait_ready_readers(SOURCE, 1, Duration::from_secs(60)).await?;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), true)).await?;
+    poll::until(Duration::from_secs(60), Duration::from_millis(250), || async {
+        let replicas = system.reader_replicas(SOURCE).await?;
+        Ok(Check::met_if(replicas == Some(0), || format!("spec.replicas {replicas:?}")))
+    })
+    .await?;
 
     let stop = CancellationToken::new();
     let feeding = feed(TestQueue::open(&client, &queue.url), stop.clone());
     let start = Instant::now();
+    tokio::time::sleep(PRELOAD).await;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), false)).await?;
+    println!(
+        "[{:5.1}s] resumed after {PRELOAD:?} of feeding into the suspended source",
+        start.elapsed().as_secs_f64()
+    );
     println!(
         "feeding {} msg/s for {FEED_FOR:?}; target {TARGET_SECONDS}s; one reader drains about 2 / {SINK_LATENCY:?}",
         FEED_BATCH as f64 / FEED_EVERY.as_secs_f64()
@@ -112,6 +128,8 @@ async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_hol
     let Some(first_up) = samples.iter().position(|s| s.reason.contains("targetLatencySeconds")) else {
         bail!("no decision named the latency target; logs under {}", system.state_dir().display());
     };
+    let over_at = samples.iter().position(|s| s.oldest.is_some_and(|a| a > target));
+    assert!(over_at.is_some(), "the oldest age never exceeded the target: the scenario did not test it");
     let peak = samples.iter().map(|s| s.replicas).max().unwrap_or(0);
     assert!(peak > 1, "replicas never rose above 1");
     // The last change of replicas, then the age under the target from there to the end.

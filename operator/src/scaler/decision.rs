@@ -100,7 +100,7 @@ impl Bounds {
 
     fn clamp(&self, wanted: i32, basis: Basis) -> (i32, Basis) {
         if wanted > self.max {
-            (self.max, Basis::MaxReplicas)
+            (self.max, Basis::MaxReplicas { wanted, over: basis.name() })
         } else if wanted < self.min {
             (self.min, Basis::MinReplicas)
         } else {

@@ -224,6 +224,13 @@ fn a_latency_target_adds_replicas_while_the_age_is_above_it_and_holds_them_while
         decision.reason.to_string(),
         "backlog 600 needs 6 replicas (oldest message waited 30.0s against targetLatencySeconds 10)"
     );
+    // Capped by maxReplicas, the reason still names the rule that asked for more.
+    let capped = ScalingSpec { max_replicas: 4, ..base };
+    let decision = decide(&capped, &at_age(Some(30.0), Some(10.0), 2), History::default());
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 600 needs 4 replicas (maxReplicas; the targetLatencySeconds asked for 6)"
+    );
     // Without a target the age changes nothing.
     let off = ScalingSpec { target_latency_seconds: None, ..base };
     assert_eq!(decide(&off, &at_age(Some(30.0), Some(10.0), 2), History::default()).recommended, 1);

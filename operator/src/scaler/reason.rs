@@ -18,8 +18,21 @@ pub enum Basis {
     Latency { age_seconds: f64, target_seconds: i32 },
     /// Held up by `minReplicas`.
     MinReplicas,
-    /// Held down by `maxReplicas`.
-    MaxReplicas,
+    /// Held down by `maxReplicas`: the rule named `over` asked for `wanted`.
+    MaxReplicas { wanted: i32, over: &'static str },
+}
+
+impl Basis {
+    /// The setting or figure behind this basis, as a user finds it in the spec or the status.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Backlog { .. } => "targetMessagesPerReplica",
+            Self::DrainRate { .. } => "drain rate",
+            Self::Latency { .. } => "targetLatencySeconds",
+            Self::MinReplicas => "minReplicas",
+            Self::MaxReplicas { .. } => "maxReplicas",
+        }
+    }
 }
 
 impl fmt::Display for Basis {
@@ -35,7 +48,7 @@ impl fmt::Display for Basis {
                 "oldest message waited {age_seconds:.1}s against targetLatencySeconds {target_seconds}"
             ),
             Self::MinReplicas => f.write_str("minReplicas"),
-            Self::MaxReplicas => f.write_str("maxReplicas"),
+            Self::MaxReplicas { wanted, over } => write!(f, "maxReplicas; the {over} asked for {wanted}"),
         }
     }
 }
