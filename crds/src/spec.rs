@@ -15,6 +15,7 @@ mod pod_resources;
 mod queue;
 mod reader;
 mod receive;
+mod replay;
 mod scaling;
 mod service_account;
 mod sink;
@@ -30,6 +31,7 @@ pub use self::payload::{ExtendedClientSpec, PayloadFormat, PayloadS3Spec, Payloa
 pub use self::queue::QueueRef;
 pub use self::reader::{ReaderResources, ReaderServiceAccount, ReaderSpec, ResourceAmounts};
 pub use self::receive::{RateLimitSpec, ReceiveSpec};
+pub use self::replay::ReplaySpec;
 pub use self::scaling::ScalingSpec;
 pub use self::sink::{
     HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
@@ -135,4 +137,8 @@ pub struct SqsSourceSpec {
     /// extra environment and the ServiceAccount. Default: the operator's own image.
     #[serde(default)]
     pub reader: ReaderSpec,
+    /// A replay of the dead letters back through the source, acted on once per `id`; progress
+    /// in `status.replay`. Absent: nothing is replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplaySpec>,
 }

@@ -92,6 +92,70 @@ pub struct SqsSourceStatus {
     /// Most recent reconcile or polling error. Absent when the last attempt succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The last replay request (`spec.replay`) and how far it got. Absent until one started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayStatus>,
+}
+
+/// Progress of the replay named `id`, written by the operator after every batch it moves, so a
+/// restarted operator resumes where this says.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayStatus {
+    /// The request's `spec.replay.id`.
+    pub id: String,
+    /// `Running`, `Completed` (no matching message is left in the dead-letter queue) or `Failed`
+    /// (see `message`; change the spec or the id to try again).
+    pub phase: String,
+    /// The dead-letter queue read. Absent until it was resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_queue: Option<String>,
+    /// Messages sent back to the source and deleted from the dead-letter queue.
+    #[serde(default)]
+    pub replayed: u64,
+    /// Messages left in the dead-letter queue because they do not match the request's window or
+    /// reason, or because this request already replayed them once and they were dead-lettered
+    /// again (they carry `sluice-replay-id` with this id). Counted once per operator run.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Messages left in the dead-letter queue because the operator stopped between sending them
+    /// and recording that it had: they may have been replayed once, so this request does not
+    /// send them again (a new id does).
+    #[serde(default)]
+    pub uncertain: u64,
+    /// The batch being moved, by dead-letter message id, and how far: `sending` (recorded before
+    /// SendMessageBatch) or `sent` (recorded after it, before DeleteMessageBatch). Empty between
+    /// batches. What a restarted operator reads to never send a message twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<ReplayBatch>,
+    /// Ids of messages counted in `uncertain`, never sent again by this request (at most one
+    /// batch per operator restart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
+    /// When the request started (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When it completed or failed (RFC 3339). Absent while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why it failed (what to change), or, on completion, how many dead letters stayed in flight
+    /// elsewhere and were not replayed. Absent when all is well. Faults being retried are WARN
+    /// lines and `sluice_operator_replay_faults_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The replay batch in progress.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayBatch {
+    /// `sending` or `sent`.
+    pub stage: String,
+    /// Dead-letter message ids.
+    pub ids: Vec<String>,
+    /// Their receipt handles, to delete a `sent` batch after a restart.
+    #[serde(default)]
+    pub receipts: Vec<String>,
 }
 
 /// Message counts summed over the source's queues, from GetQueueAttributes.

@@ -312,6 +312,31 @@ fn cases() -> Vec<Case> {
             valid: |v| spec(v)["deadLetterSink"]["name"] = json!("dead-2"),
             invalid: |v| spec(v)["deadLetterSink"]["name"] = json!("archive"),
         },
+        // --- replay ---
+        Case {
+            names: "spec.replay.id must be lowercase",
+            path: "spec.replay.id",
+            valid: |v| spec(v)["replay"] = json!({"id": "after-incident-42"}),
+            invalid: |v| spec(v)["replay"] = json!({"id": "After_Incident"}),
+        },
+        Case {
+            names: "spec.replay.deadLetteredAfter is not an RFC 3339 time",
+            path: "spec.replay.deadLetteredAfter",
+            valid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredAfter": "2026-12-02T13:00:00Z"}),
+            invalid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredAfter": "yesterday"}),
+        },
+        Case {
+            names: "spec.replay.deadLetteredBefore is not an RFC 3339 time",
+            path: "spec.replay.deadLetteredBefore",
+            valid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredBefore": "2026-12-02T13:00:00.5Z"}),
+            invalid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredBefore": "2026-12-02 13:00"}),
+        },
+        Case {
+            names: "spec.replay.deadLetteredAfter must be earlier",
+            path: "spec.replay.deadLetteredAfter",
+            valid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredAfter": "2026-12-02T13:00:00Z", "deadLetteredBefore": "2026-12-02T14:00:00Z"}),
+            invalid: |v| spec(v)["replay"] = json!({"id": "r", "deadLetteredAfter": "2026-12-02T14:00:00Z", "deadLetteredBefore": "2026-12-02T13:00:00Z"}),
+        },
         // --- payload ---
         Case {
             names: "spec.payload.extendedClient.deleteObjects needs resolve: true",

@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::names::FIELD_MANAGER;
 use crate::queue_check::sqs::SqsInspector;
 use crate::reconcile::Context;
+use crate::replay;
 use crate::scaler::{self, SqsQueueAttributes};
 use crate::sink_health;
 use crate::telemetry;
@@ -89,6 +90,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
 
     let checkpoint = checkpoint::run(client.clone(), &mut registry, shutdown.child_token());
     let sink_health = sink_health::run(client.clone(), shutdown.child_token());
+    let replay = replay::run(client.clone(), inspector.clone(), &mut registry, shutdown.child_token());
 
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
@@ -118,7 +120,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let stop = shutdown.clone();
     let controller = controller::run(ctx, scope, async move { stop.cancelled().await });
     let work = async {
-        tokio::join!(controller, scaler, checkpoint, sink_health);
+        tokio::join!(controller, scaler, checkpoint, sink_health, replay);
     };
     let outcome = until_stopped(work, elector.as_ref(), &shutdown, &leading).await;
     if let (Some(elector), Ok(())) = (&elector, &outcome) {

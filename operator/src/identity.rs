@@ -64,7 +64,9 @@ impl Identities {
             .base()
             .clone()
             .into_builder()
-            .credentials_provider(SharedCredentialsProvider::new(provider))
+            .credentials_provider(SharedCredentialsProvider::new(crate::aws_requests::CountedCredentials(
+                provider,
+            )))
             .build();
         let inspector = SqsInspector::new(config);
         // Two first polls racing build twice; one of the equal entries is kept.

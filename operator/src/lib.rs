@@ -11,6 +11,7 @@ pub mod access;
 pub mod admin;
 pub mod app;
 pub mod apply;
+pub mod aws_requests;
 pub mod backoff;
 pub mod build;
 pub mod cli;
@@ -33,6 +34,7 @@ pub mod validate;
 pub mod validate_caveats;
 
 pub mod checkpoint;
+pub mod replay;
 pub mod scaler;
 pub mod sink_health;
 

@@ -97,6 +97,11 @@ impl Metrics {
             "Span batches dropped because the OTLP collector did not take them after retries",
             metrics.otlp_export_failures.clone(),
         );
+        registry.register(
+            "aws_requests",
+            "Requests sent to AWS for a source, by service and API (retries included)",
+            crate::aws_requests::REQUESTS.clone(),
+        );
         let failures = metrics.otlp_export_failures.clone();
         sluice_logs::on_export_failure(move || {
             failures.inc();

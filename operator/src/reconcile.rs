@@ -141,8 +141,14 @@ async fn reconcile_source(api: &Api<SqsSource>, cached: &SqsSource, ctx: &Contex
     };
     let children = build(&valid)?;
     let deployment = apply_children(&ctx.client, &children).await?;
-    let queues = inspect_all(ctx.inspector.as_ref(), &source.spec).await;
-    let targets = check_all(ctx.inspector.as_ref(), &source.spec).await;
+    let (namespace, name) = (source.namespace().unwrap_or_default(), source.name_any());
+    let checks = async {
+        (
+            inspect_all(ctx.inspector.as_ref(), &source.spec).await,
+            check_all(ctx.inspector.as_ref(), &source.spec).await,
+        )
+    };
+    let (queues, targets) = crate::aws_requests::for_source(&namespace, &name, checks).await;
     let computed = compute(Outcome::Applied {
         spec: &source.spec,
         queues: &queues,

@@ -95,6 +95,7 @@ fn operator_calls() -> BTreeSet<Triple> {
         sluice_operator::scaler::API_CALLS,
         CHECKPOINT_API_CALLS,
         sluice_operator::sink_health::API_CALLS,
+        sluice_operator::replay::API_CALLS,
         // Escalation check: the operator must hold what the readers' Role grants.
         sluice_operator::build::rbac::READER_API_CALLS,
     ])

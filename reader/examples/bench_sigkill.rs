@@ -17,13 +17,16 @@
 
 #![forbid(unsafe_code)]
 
+#[path = "bench_vs_loop/child.rs"]
+#[allow(dead_code)]
+mod child;
 #[allow(dead_code)] // the queue filler is for the other bench
 #[path = "bench_vs_loop/queue.rs"]
 mod queue;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,19 +90,13 @@ impl Sink {
 fn start_reader(binary: &PathBuf, dir: &tempfile::TempDir, yaml: &str, n: usize) -> Result<Child, String> {
     let source = dir.path().join(format!("source-{n}.yaml"));
     std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
-    let stderr = std::fs::File::create(dir.path().join(format!("stderr-{n}"))).map_err(|e| e.to_string())?;
-    Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .arg("--source")
         .arg(&source)
         .arg("--admin-addr=127.0.0.1:0")
-        .arg("--shutdown-deadline-seconds=10")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))
+        .arg("--shutdown-deadline-seconds=10");
+    child::spawn_consumer(&mut command, &dir.path().join(format!("stderr-{n}")))
 }
 
 /// Send `rate` messages a second for `seconds`, ten a call every tenth of `rate`; answers the count.

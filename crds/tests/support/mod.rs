@@ -19,6 +19,10 @@ pub fn full() -> Value {
         "metadata": {"name": "full", "namespace": "default"},
         "spec": {
             "queues": [{"url": queue_url("orders"), "endpoint": LOCALSTACK, "region": "us-east-1", "weight": 2}],
+            "replay": {
+                "id": "after-incident-42", "ratePerSecond": 50, "deadLetteredAfter": "2026-12-02T13:00:00Z",
+                "deadLetteredBefore": "2026-12-02T14:00:00Z", "reasonContains": "HTTP 400"
+            },
             "credentials": {
                 "source": "AssumeRole",
                 "roleArn": "arn:aws:iam::123456789012:role/reader",
@@ -123,6 +127,10 @@ pub fn full() -> Value {
                 "boundBytes": 67108864, "handedOff": 100, "waitMeanMilliseconds": 20, "waitMaxMilliseconds": 90
             }],
             "held": {"messages": 12, "bytes": 1200, "maxMessagesPerReader": 12},
+            "replay": {
+                "id": "after-incident-42", "phase": "Running", "replayed": 20, "skipped": 1, "uncertain": 0,
+                "batch": {"stage": "sent", "ids": ["m-1"], "receipts": ["h-1"]}
+            },
             "queueRedrive": [{
                 "queue": "http://127.0.0.1:4566/queue/us-east-1/000000000000/orders",
                 "maxReceiveCount": 5, "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:orders-dlq"

@@ -34,6 +34,8 @@ pub fn reader_view(source: &SqsSource, name: &str, namespace: &str) -> SqsSource
         termination_grace_period_seconds: reader.termination_grace_period_seconds,
         ..ReaderSpec::default()
     };
+    // A replay is the operator's work, not the readers': requesting one must not roll them.
+    view.spec.replay = None;
     view.metadata.namespace = Some(namespace.to_owned());
     view
 }

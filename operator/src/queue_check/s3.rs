@@ -43,7 +43,7 @@ impl Buckets {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                Client::from_conf(config.build())
+                Client::from_conf(config.interceptor(crate::aws_requests::CountRequests).build())
             })
             .clone()
     }

@@ -95,7 +95,8 @@ pub async fn tick(
         return suspend::hold(ctx, source, state, &deployments, now).await;
     }
     suspend::resume(ctx, source, state).await;
-    let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials).await?;
+    let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
+    let figures = crate::aws_requests::for_source(&namespace, &name, figures).await?;
     let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
         return Ok(Tick::NoDeployment);
     };

@@ -17,23 +17,34 @@
 //! `--reader A,B,...` runs several reader builds (e.g. release profiles) in the same rounds, each
 //! beside the same loop, so their memory and CPU compare under the same load; the summary gives
 //! each one's ratios to the loop and to the first reader.
+//!
+//! `--backend standin` runs every consumer against the bench's in-memory SQS (`standin.rs`) instead
+//! of LocalStack, for round-trip questions where SQS's own time must be far below the RTT; `--peer
+//! sqs-consumer,boto3` adds other teams' consumers to the same rounds (`peers/`, installed by
+//! `scripts/bench-peers.sh`). BENCHMARKS.md has the runs.
 
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod child;
+mod peers;
 mod proc_stat;
 mod queue;
 mod report;
 mod rtt;
+// Its latency figures are bench_cost's (timed bodies); this bench counts arrivals only.
+#[allow(dead_code)]
 mod sink;
+mod standin;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
+use child::{default_reader, stop};
 use report::{Consumer, Memory, Sample};
 use rtt::SqsCalls;
 use sink::CountingSink;
@@ -53,6 +64,8 @@ enum Cmd {
     Baseline(BaselineArgs),
     /// Check the latency proxy: time sequential ListQueues calls direct and through it.
     Probe(ProbeArgs),
+    /// Serve the in-memory SQS stand-in alone (for a manual run), printing its URL, until Ctrl-C.
+    Standin,
 }
 
 #[derive(Args)]
@@ -82,6 +95,17 @@ struct CompareArgs {
     /// LocalStack endpoint.
     #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
     endpoint: String,
+    /// `localstack` (the endpoint above) or `standin`: the bench's in-memory SQS (standin.rs), whose
+    /// own time per call is far below any round trip, for the round-trip question.
+    #[arg(long, default_value = "localstack")]
+    backend: Backend,
+    /// Peer consumers to run in the same rounds (installed by scripts/bench-peers.sh):
+    /// `sqs-consumer`, `boto3`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    peer: Vec<peers::Peer>,
+    /// Where scripts/bench-peers.sh installed the peers.
+    #[arg(long, default_value = ".sluice/bench-peers")]
+    peers_dir: PathBuf,
     /// The reader binaries, comma-separated (labelled reader, reader2, ... in that order);
     /// default: `sluice-reader` next to this example's directory.
     #[arg(long, value_delimiter = ',')]
@@ -101,6 +125,12 @@ struct CompareArgs {
     /// for footprint, not for throughput).
     #[arg(long, default_value_t = 0)]
     idle_seconds: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Localstack,
+    Standin,
 }
 
 #[derive(Args)]
@@ -131,6 +161,14 @@ async fn main() -> Result<(), String> {
             consumer.run().await
         }
         Cmd::Compare(args) => compare(args).await,
+        Cmd::Standin => {
+            let standin = standin::start().await?;
+            println!("{}", standin.url);
+            let _ = tokio::signal::ctrl_c().await;
+            let (calls, mean_us, max_us) = standin.own_time();
+            println!("{calls} calls, mean {:.3} ms, max {:.1} ms", mean_us / 1000.0, max_us / 1000.0);
+            Ok(())
+        }
         Cmd::Probe(a) => {
             let proxy = rtt::proxy(&a.endpoint, Duration::from_millis(a.rtt_ms), None).await?;
             for endpoint in [a.endpoint.clone(), proxy.url()] {
@@ -142,7 +180,14 @@ async fn main() -> Result<(), String> {
     }
 }
 
-async fn compare(args: CompareArgs) -> Result<(), String> {
+async fn compare(mut args: CompareArgs) -> Result<(), String> {
+    let standin = match args.backend {
+        Backend::Standin => Some(standin::start().await?),
+        Backend::Localstack => None,
+    };
+    if let Some(s) = &standin {
+        args.endpoint = s.url.clone();
+    }
     let readers = match args.reader.is_empty() {
         true => vec![default_reader()?],
         false => args.reader.clone(),
@@ -172,6 +217,7 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
             // Each round starts with a different consumer, so none always runs first.
             let mut order: Vec<Consumer> = (0..readers.len()).map(Consumer::Reader).collect();
             order.push(Consumer::Baseline);
+            order.extend(args.peer.iter().map(|&p| Consumer::Peer(p)));
             let first = round % order.len();
             order.rotate_left(first);
             for consumer in order {
@@ -210,6 +256,14 @@ async fn compare(args: CompareArgs) -> Result<(), String> {
     // behind the proxy is the added RTT plus this.
     let base_ms = call_ms(&client, 20).await?;
     report::summary(&samples, base_ms);
+    if let Some(s) = &standin {
+        let (calls, mean_us, max_us) = s.own_time();
+        println!(
+            "stand-in SQS own time per call (handler, no network): mean {:.3} ms, max {:.1} ms over {calls} calls",
+            mean_us / 1000.0,
+            max_us / 1000.0
+        );
+    }
     Ok(())
 }
 
@@ -228,13 +282,6 @@ async fn call_ms(client: &aws_sdk_sqs::Client, calls: usize) -> Result<f64, Stri
     }
     took.sort_by(f64::total_cmp);
     Ok(took[took.len() / 2])
-}
-
-/// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/bench_vs_loop`.
-fn default_reader() -> Result<PathBuf, String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = me.parent().and_then(|examples| examples.parent()).ok_or("no target directory")?;
-    Ok(profile_dir.join("sluice-reader"))
 }
 
 struct Run<'a> {
@@ -382,29 +429,16 @@ impl Run<'_> {
                     .arg(format!("--wait-seconds={}", a.wait_seconds));
                 c
             }
+            Consumer::Peer(peer) => {
+                let mut c = peer.command(&a.peers_dir)?;
+                c.env("QUEUE_URL", url)
+                    .env("SQS_ENDPOINT", self.endpoint)
+                    .env("SINK_URL", self.sink_url)
+                    .env("POLLERS", a.pollers.to_string())
+                    .env("WAIT_SECONDS", a.wait_seconds.to_string());
+                c
+            }
         };
-        let stderr = std::fs::File::create(dir.path().join("stderr")).map_err(|e| e.to_string())?;
-        command
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("starting the {}: {e}", consumer.label()))
+        child::spawn_consumer(&mut command, &dir.path().join("stderr"))
     }
-}
-
-/// SIGTERM to the consumer's PID, a bounded wait, then SIGKILL; always reaped.
-fn stop(child: &mut Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    for _ in 0..200 {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }

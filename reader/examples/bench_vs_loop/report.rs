@@ -13,6 +13,8 @@ pub enum Consumer {
     /// The reader binary at this index of `--reader`.
     Reader(usize),
     Baseline,
+    /// Another team's consumer, for the peer table (peers.rs).
+    Peer(crate::peers::Peer),
 }
 
 impl Consumer {
@@ -21,6 +23,7 @@ impl Consumer {
             Self::Reader(0) => "reader".into(),
             Self::Reader(i) => format!("reader{}", i + 1),
             Self::Baseline => "baseline".into(),
+            Self::Peer(p) => p.label().into(),
         }
     }
 }
@@ -68,7 +71,7 @@ pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize,
     println!(
         "bench_vs_loop: {messages} messages per run, {runs} rounds, {pollers} pollers each, wait {wait} s"
     );
-    println!("  LocalStack {endpoint}");
+    println!("  SQS endpoint {endpoint}");
     for (i, reader) in readers.iter().enumerate() {
         println!("  {} {}", Consumer::Reader(i).label(), reader.display());
     }
@@ -168,7 +171,7 @@ pub fn summary(all: &[Sample], base_ms: f64) {
                 );
                 println!(
                     "ceiling {pollers:.1} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
-                     of {with_base:.0} (RTT + LocalStack's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
+                     of {with_base:.0} (RTT + the backend's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
                     c.label(),
                     rate / ceiling,
                     rate / with_base
@@ -190,18 +193,23 @@ pub fn summary(all: &[Sample], base_ms: f64) {
     }
 }
 
-/// Every consumer in these samples: the readers in `--reader` order, then the loop.
+/// Every consumer in these samples: the readers in `--reader` order, the loop, then the peers.
 fn consumers(samples: &[&Sample]) -> Vec<Consumer> {
     let readers = samples
         .iter()
         .filter_map(|s| match s.consumer {
             Consumer::Reader(i) => Some(i + 1),
-            Consumer::Baseline => None,
+            _ => None,
         })
         .max()
         .unwrap_or(0);
     let mut all: Vec<Consumer> = (0..readers).map(Consumer::Reader).collect();
     all.push(Consumer::Baseline);
+    for s in samples {
+        if matches!(s.consumer, Consumer::Peer(_)) && !all.contains(&s.consumer) {
+            all.push(s.consumer);
+        }
+    }
     all
 }
 
@@ -209,12 +217,15 @@ fn consumers(samples: &[&Sample]) -> Vec<Consumer> {
 /// consumer's memory medians.
 fn summary_of(samples: &[&Sample]) {
     let all = consumers(samples);
-    let readers = &all[..all.len() - 1];
-    for &r in readers {
+    let readers: Vec<Consumer> = all.iter().copied().filter(|c| matches!(c, Consumer::Reader(_))).collect();
+    for &r in &readers {
         versus(samples, r, Consumer::Baseline);
     }
     for &r in readers.iter().skip(1) {
         versus(samples, r, Consumer::Reader(0));
+    }
+    for &peer in all.iter().filter(|c| matches!(c, Consumer::Peer(_))) {
+        versus(samples, Consumer::Reader(0), peer);
     }
     let mib = |f: fn(&Memory) -> Option<u64>, c: Consumer| {
         median(

@@ -18,6 +18,7 @@ use crate::config::settings::CredentialSettings;
 pub mod queue;
 pub mod receive_tally;
 pub mod redrive;
+pub mod requests;
 
 /// The default chain (environment, profile, web identity, Pod Identity, IMDS), optionally
 /// assuming a role on top of it, in a session named by the spec or else `reader_id`.
@@ -33,7 +34,8 @@ pub async fn load_sdk_config(credentials: &CredentialSettings, reader_id: &str) 
                 builder = builder.external_id(id);
             }
             let provider = builder.configure(&base).build().await;
-            base.into_builder().credentials_provider(SharedCredentialsProvider::new(provider)).build()
+            let provider = SharedCredentialsProvider::new(requests::CountedCredentials(provider));
+            base.into_builder().credentials_provider(provider).build()
         }
     }
 }
@@ -70,7 +72,7 @@ impl SqsClients {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                aws_sdk_sqs::Client::from_conf(config.build())
+                aws_sdk_sqs::Client::from_conf(config.interceptor(requests::CountRequests).build())
             })
             .clone()
     }

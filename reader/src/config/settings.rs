@@ -62,6 +62,9 @@ pub struct ReceiveSettings {
     pub attribute_names: Vec<String>,
     pub message_attribute_names: Vec<String>,
     pub held: HeldSettings,
+    /// `spec.receive.batchWindowMilliseconds` (zero: off): how long a part-full receive makes
+    /// the next one wait, and deletes and visibility changes wait to fill a batch.
+    pub batch_window: Duration,
 }
 
 /// Ceilings on what one reader holds (`spec.receive.held`); `intake::bound` works out the bound in
@@ -197,6 +200,10 @@ fn receive(spec: &SqsSourceSpec) -> Result<ReceiveSettings> {
     if (r.pollers as usize) < spec.queues.len() {
         return Err(Error::config("spec.receive.pollers", "must be at least the number of queues"));
     }
+    let window = r.batch_window_milliseconds.unwrap_or(0);
+    if window > 20_000 {
+        return Err(Error::config("spec.receive.batchWindowMilliseconds", "must be 0-20000"));
+    }
     Ok(ReceiveSettings {
         max_messages: r.max_messages,
         wait_time_seconds: r.wait_time_seconds,
@@ -205,6 +212,7 @@ fn receive(spec: &SqsSourceSpec) -> Result<ReceiveSettings> {
         attribute_names: r.attribute_names.clone(),
         message_attribute_names: r.message_attribute_names.clone(),
         held: held(&r.held)?,
+        batch_window: Duration::from_millis(u64::from(window)),
     })
 }
 

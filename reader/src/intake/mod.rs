@@ -9,3 +9,4 @@ pub mod poller;
 pub mod poller_count;
 mod receive;
 pub mod trace;
+pub mod window;

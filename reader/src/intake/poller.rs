@@ -20,6 +20,7 @@ use tracing::Instrument;
 use super::decode::{Decoded, decode};
 use super::limiter::Limiter;
 use super::receive::{random_attempt_id, receive_once};
+use super::window::{Quiet, Turn as WindowTurn};
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::deliver::dispatch::{Item, Verdict};
@@ -74,6 +75,8 @@ pub struct Poller {
 pub struct Waits {
     room_us: AtomicU64,
     rate_us: AtomicU64,
+    /// The batching window's turns (`intake::window`): the queue's pollers share them.
+    quiet: Quiet,
 }
 
 impl Waits {
@@ -108,6 +111,12 @@ struct Retry {
     /// FIFO: the same attempt id is sent again after a failed receive, so SQS returns the same
     /// messages instead of hiding them for a visibility timeout.
     attempt_id: Option<String>,
+    /// The batching window: not before this instant is the next receive sent.
+    resume_at: Option<Instant>,
+    /// Held while the queue is quiet and this poller is the one receiving.
+    turn: Option<WindowTurn>,
+    /// The receive now out was sent after a pause.
+    waited: bool,
 }
 
 impl Poller {
@@ -120,7 +129,8 @@ impl Poller {
 
     async fn poll(self) {
         self.pipeline.metrics().declare_queue(&self.queue.url);
-        let mut retry = Retry { backoff: Box::new(backoff(FIRST_RETRY, LONGEST_RETRY)), attempt_id: None };
+        let backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
+        let mut retry = Retry { backoff, attempt_id: None, resume_at: None, turn: None, waited: false };
         while !self.retire.is_cancelled() {
             match self.next_batch(&mut retry).await {
                 Turn::Received { claim, messages, landed, stopping } => {
@@ -139,7 +149,7 @@ impl Poller {
     async fn next_batch(&self, retry: &mut Retry) -> Turn {
         let stop = self.pipeline.stop();
         let max = self.receive.max_messages as u32;
-        if !self.wait_for_gate(stop).await {
+        if !self.wait_for_gate(stop).await || !self.pace(retry, stop).await {
             return Turn::Stop;
         }
         let claim = match self.held.try_claim(max as usize) {
@@ -173,7 +183,12 @@ impl Poller {
             Ok(out) => {
                 retry.backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
                 retry.attempt_id = None;
-                out.messages.unwrap_or_default()
+                let messages = out.messages.unwrap_or_default();
+                let window = self.receive.batch_window;
+                let pause =
+                    self.waits.quiet.after_receive(window, messages.len(), max as usize, retry.waited);
+                retry.resume_at = (!pause.is_zero()).then(|| Instant::now() + pause);
+                messages
             }
             Err(_) if stopping => return Turn::Stop,
             Err(error) => {
@@ -191,6 +206,35 @@ impl Poller {
         }
         tracing::debug!(messages = messages.len(), "received");
         Turn::Received { claim, messages, landed: Instant::now(), stopping }
+    }
+
+    /// The batching window before a receive: on a quiet queue wait for this poller's turn, then
+    /// until the pause after its last part-full receive is over. `false`: stopped or retired.
+    async fn pace(&self, retry: &mut Retry, stop: &Stop) -> bool {
+        let quiet = &self.waits.quiet;
+        retry.waited = false;
+        if !quiet.is_quiet() {
+            retry.turn = None;
+            retry.resume_at = None;
+            return true;
+        }
+        if retry.turn.is_none() {
+            retry.turn = tokio::select! {
+                biased;
+                () = stop.stopped() => return false,
+                () = self.retire.cancelled() => return false,
+                turn = quiet.take_turn() => Some(turn),
+            };
+        }
+        if let Some(at) = retry.resume_at.take() {
+            retry.waited = true;
+            tokio::select! {
+                biased;
+                () = stop.stopped() => return false,
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+        true
     }
 
     /// Let a receive that was on the wire at the stop land. SQS keeps a long poll open after the

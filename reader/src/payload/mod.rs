@@ -262,7 +262,8 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
     if let Some(region) = &settings.region {
         config = config.region(aws_sdk_s3::config::Region::new(region.clone()));
     }
-    let client = aws_sdk_s3::Client::from_conf(config.build());
+    let client =
+        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
     let fetcher = Fetcher::new(client, settings.bounds);
     Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
 }

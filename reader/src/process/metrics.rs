@@ -207,6 +207,11 @@ impl Metrics {
         );
         registry.register("deleted_messages", "Messages deleted from SQS", self.deleted.clone());
         registry.register(
+            "aws_requests",
+            "Requests sent to AWS, by service, API and queue (retries included)",
+            crate::aws::requests::REQUESTS.clone(),
+        );
+        registry.register(
             "dead_lettered_messages",
             "Messages taken by the dead-letter sink, per source queue",
             self.dead_lettered.clone(),

@@ -93,7 +93,8 @@ pub async fn start(
     };
     let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
     let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone());
-    let acker = Acker::spawn(queues.clone(), ledger.clone(), metrics.clone(), objects);
+    let window = settings.receive.batch_window;
+    let acker = Acker::spawn_lingering(queues.clone(), ledger.clone(), metrics.clone(), objects, window);
     let pipeline = Arc::new(Pipeline::new(
         dispatcher,
         ledger.clone(),
@@ -107,7 +108,7 @@ pub async fn start(
     super::report::sink_health(settings, options, stop).await;
 
     let heartbeat_stop = CancellationToken::new();
-    let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate };
+    let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate, window };
     let heartbeat_task = tokio::spawn(heartbeat.run(heartbeat_stop.clone()));
     let epochs = joined.map(|(driver, work)| {
         let worker = EpochWorker::new(pipeline.clone(), driver.clone());

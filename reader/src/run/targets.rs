@@ -83,8 +83,9 @@ fn target(at: &str, spec: &SinkSpec, clients: &mut SqsClients) -> Option<Target>
     if let Some(region) = &s3.region {
         config = config.region(aws_config::Region::new(region.clone()));
     }
-    let kind =
-        Kind::Bucket { client: aws_sdk_s3::Client::from_conf(config.build()), bucket: s3.bucket.clone() };
+    let client =
+        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
+    let kind = Kind::Bucket { client, bucket: s3.bucket.clone() };
     Some(Target { field: format!("{at}.s3.bucket"), sink, kind })
 }
 

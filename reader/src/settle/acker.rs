@@ -27,7 +27,11 @@ use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
 /// SQS's limit on entries per batch call.
 pub const BATCH: usize = 10;
-const LINGER: Duration = Duration::from_millis(15);
+/// Without a batching window, a part-full batch goes once no receipt came for this long, and at
+/// the latest [`LINGER_CAP`] after its first: while a drain settles messages one by one, the
+/// batches fill to 10 instead of going out with whatever 15 ms brought.
+pub const LINGER: Duration = Duration::from_millis(15);
+pub const LINGER_CAP: Duration = Duration::from_millis(60);
 const ATTEMPTS: u32 = 5;
 /// Backoff between attempts of a batch call.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -72,6 +76,10 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Told which deletes SQS confirmed, so their Extended Client objects go too.
     objects: Option<Arc<ObjectCleanup>>,
+    /// How long a part-full batch waits for its next receipt: [`LINGER`], or the batching window.
+    linger: Duration,
+    /// How long a part-full batch waits at most: [`LINGER_CAP`], or the batching window.
+    cap: Duration,
 }
 
 impl Acker {
@@ -81,8 +89,21 @@ impl Acker {
         metrics: Arc<Metrics>,
         objects: Option<Arc<ObjectCleanup>>,
     ) -> Self {
+        Self::spawn_lingering(queues, ledger, metrics, objects, LINGER)
+    }
+
+    /// The same, with part-full batches waiting up to `window` (the batching window) to fill.
+    pub fn spawn_lingering(
+        queues: Vec<Arc<Queue>>,
+        ledger: Arc<Mutex<Ledger>>,
+        metrics: Arc<Metrics>,
+        objects: Option<Arc<ObjectCleanup>>,
+        window: Duration,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, Arc::new(Shared { queues, ledger, metrics, objects: objects.clone() })));
+        let (linger, cap) = if window.is_zero() { (LINGER, LINGER_CAP) } else { (window, window) };
+        let shared = Shared { queues, ledger, metrics, objects: objects.clone(), linger, cap };
+        tokio::spawn(run(rx, Arc::new(shared)));
         Self { tx, objects }
     }
 
@@ -135,6 +156,8 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
     let mut pending: Pending = HashMap::new();
     let mut calls = JoinSet::new();
     let mut flush_at: Option<Instant> = None;
+    // When the oldest receipt still pending arrived.
+    let mut first_at: Option<Instant> = None;
     loop {
         let linger = async {
             match flush_at {
@@ -152,7 +175,9 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                         let full = std::mem::take(batch);
                         send(&mut calls, &shared, key, full).await;
                     }
-                    flush_at = flush_at.or(Some(Instant::now() + LINGER));
+                    let now = Instant::now();
+                    let first = *first_at.get_or_insert(now);
+                    flush_at = Some((now + shared.linger).min(first + shared.cap));
                 }
                 Some(Command::DeleteConfirmed(batch, done)) => {
                     let shared = shared.clone();
@@ -190,7 +215,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
             },
             () = linger => {
                 flush(&mut calls, &shared, &mut pending).await;
-                flush_at = None;
+                (flush_at, first_at) = (None, None);
             }
             Some(_) = calls.join_next(), if !calls.is_empty() => {}
         }

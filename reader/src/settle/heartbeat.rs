@@ -28,6 +28,9 @@ pub struct Heartbeat {
     /// Told after each beat until when the held messages are covered (under exactlyOnce the
     /// lease must not outlast that) and the figures the autoscaler reads from the lease.
     pub gate: Arc<dyn Gate>,
+    /// The batching window: a message due for extension within it is extended with those due
+    /// now, so the calls go out fuller.
+    pub window: Duration,
 }
 
 /// How far back the drain rate reported in the lease looks.
@@ -81,9 +84,17 @@ impl Heartbeat {
         self.gate.held(covered_ms, drain, in_flight);
     }
 
+    /// How far ahead a beat extends: the batching window, but at most a quarter of the shortest
+    /// visibility timeout, so an extension still lands well after the last one.
+    fn look_ahead(&self) -> Duration {
+        let shortest = self.queues.iter().map(|q| q.visibility).min().unwrap_or_default();
+        self.window.min(shortest / 4)
+    }
+
     async fn beat(&self) {
         let now = std::time::Instant::now();
-        let due = self.ledger.lock().unwrap_or_else(|e| e.into_inner()).due_for_extension(now);
+        let due =
+            self.ledger.lock().unwrap_or_else(|e| e.into_inner()).due_for_extension(now + self.look_ahead());
         if due.is_empty() {
             return;
         }

@@ -206,7 +206,7 @@ impl S3Sink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.build());
+        let client = Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
         let sink = Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy);
         Ok(Self { kms_key: spec.sse_kms_key_id.clone(), ..sink })
     }

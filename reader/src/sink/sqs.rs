@@ -74,7 +74,7 @@ impl SqsSink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.build());
+        let client = Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
         let offload = match &spec.offload {
             Some(offload) => {
                 Some(Offload::new(offload, spec.endpoint.as_deref(), spec.region.as_deref(), aws)?)

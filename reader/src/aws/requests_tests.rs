@@ -1,0 +1,62 @@
+//! Against LocalStack: the clients the reader builds count each request by service, API and queue,
+//! and a call retried after a refused connection counts every attempt (each one is billed).
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_sqs::config::Credentials;
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+
+use super::*;
+use crate::aws::SqsClients;
+
+async fn base(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "requests-tests"))
+        .endpoint_url(endpoint)
+        .load()
+        .await
+}
+
+fn counted(service: &str, api: &str, queue: &str) -> u64 {
+    let label = RequestLabel { service: service.into(), api: api.into(), queue: queue.into() };
+    REQUESTS.get_or_create(&label).get()
+}
+
+#[tokio::test]
+async fn each_request_is_counted_by_api_and_queue() {
+    let endpoint =
+        std::env::var("SLUICE_LOCALSTACK_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
+    let mut clients = SqsClients::new(base(&endpoint).await);
+    let sqs = clients.client(None, None);
+    let name = format!("requests-{}", fastrand::u32(..));
+    let url = sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue").queue_url.unwrap();
+    for i in 0..3 {
+        sqs.send_message().queue_url(&url).message_body(format!("m{i}")).send().await.expect("SendMessage");
+    }
+    let received = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap();
+    let entries = received.messages().iter().enumerate().map(|(i, m)| {
+        let handle = m.receipt_handle().unwrap_or_default();
+        DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build().unwrap()
+    });
+    let delete = sqs.delete_message_batch().queue_url(&url).set_entries(Some(entries.collect()));
+    delete.send().await.expect("DeleteMessageBatch");
+    sqs.delete_queue().queue_url(&url).send().await.expect("DeleteQueue");
+
+    assert_eq!(counted("sqs", "SendMessage", &name), 3);
+    assert_eq!(counted("sqs", "ReceiveMessage", &name), 1);
+    assert_eq!(counted("sqs", "DeleteMessageBatch", &name), 1);
+    assert_eq!(counted("sqs", "CreateQueue", ""), 1);
+    assert!(requests_total() >= 7, "the running total sums every series");
+}
+
+#[tokio::test]
+async fn every_attempt_of_a_retried_call_is_counted() {
+    // A port nothing listens on: each attempt is refused and retried, up to the attempts allowed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut clients = SqsClients::new(base(&format!("http://{closed}")).await);
+    let sqs = clients.client(None, None);
+    let url = format!("http://{closed}/000000000000/refused");
+    let answer = sqs.get_queue_attributes().queue_url(&url).send().await;
+    assert!(answer.is_err(), "nothing listens there");
+    assert_eq!(counted("sqs", "GetQueueAttributes", "refused"), 3, "the standard retry mode's 3 attempts");
+}
