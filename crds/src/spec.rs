@@ -125,6 +125,14 @@ pub struct SqsSourceSpec {
     /// Reader replica autoscaling. Default: 1 to 10 replicas.
     #[serde(default)]
     pub scaling: ScalingSpec,
+    /// Pause the source without deleting it: true scales the readers to 0 (each drains: it stops
+    /// receiving, finishes or releases what it holds and, under exactlyOnce, has its open epoch
+    /// committed or aborted as in a scale to zero); the autoscaler and the checkpoint coordinator
+    /// then stand still, and `status.conditions` Scaling says Suspended since when. Status,
+    /// leases and checkpoint are kept; false resumes from the committed checkpoint, with what
+    /// waited in the queue. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
     /// Reader pod settings: image, log level, grace period, resources, placement, pod metadata,
     /// extra environment and the ServiceAccount. Default: the operator's own image.
     #[serde(default)]

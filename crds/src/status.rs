@@ -196,7 +196,8 @@ pub struct Rates {
     pub drain_per_second: f64,
 }
 
-/// What one reader holds and how long its messages wait, as it last reported.
+/// What one reader holds, how fast it drains and how long its messages wait, as it last reported:
+/// the one report a reader makes, the same under both guarantees.
 ///
 /// Why per reader and bounded by `maxReplicas`: the bound is per reader (each derives its own
 /// from its rate-limit share and its measured deliveries), so a reader stuck at its bound while
@@ -226,6 +227,23 @@ pub struct ReaderHeld {
     /// The longest of those waits, in milliseconds. Absent when none was handed off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_max_milliseconds: Option<u64>,
+    /// Messages the reader deleted per second over its last 10 s, in thousandths (the drain rate
+    /// the autoscaler sizes the fleet with, under either guarantee). Default 0.
+    #[serde(default)]
+    pub drain_millis_per_second: u64,
+    /// The age of the oldest message the reader received in the interval, from its SentTimestamp
+    /// to the receive, in milliseconds: how long the oldest waiting message had been in the queue.
+    /// Absent when nothing was received in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_age_milliseconds: Option<u64>,
+    /// The median delivery wait in the interval: from a message's SentTimestamp to its hand-off
+    /// to the sinks, in milliseconds (within about 7%). Absent when none was handed off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_wait_p50_milliseconds: Option<u64>,
+    /// The 99th percentile of the same delivery wait, in milliseconds. Absent when none was
+    /// handed off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_wait_p99_milliseconds: Option<u64>,
 }
 
 /// Sums over the readers listed in `status.readers`.

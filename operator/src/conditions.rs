@@ -157,7 +157,15 @@ fn applied(
     let queue_redrive = redrive_of(queues);
     let rollout = Rollout::of(deployment);
     let progressing = rollout.verdict();
-    let ready = ready(&reachable, &config, &targets, &rollout);
+    let mut ready = ready(&reachable, &config, &targets, &rollout);
+    if spec.suspend && ready.reason == "ScaledToZero" {
+        ready = Verdict::new(
+            READY,
+            "True",
+            "Suspended",
+            "spec.suspend is true: no reader runs until it is false",
+        );
+    }
     let degraded = degraded(&reachable, &config, &targets, &rollout, &progressing);
     let last_error = (degraded.status == "True").then(|| degraded.message.clone());
     let replicas = rollout.current;
@@ -327,7 +335,14 @@ fn target_reachability(targets: &[TargetObservation]) -> Verdict {
 /// Whether the autoscaler sizes the readers, and between which bounds.
 fn scaling(spec: &SqsSourceSpec) -> Verdict {
     let (min, max) = (spec.scaling.min_replicas, spec.scaling.max_replicas);
-    if min == max {
+    if spec.suspend {
+        Verdict::new(
+            SCALING,
+            "False",
+            "Suspended",
+            "spec.suspend is true: the readers are scaled to 0 and the source stands still (lastTransitionTime says since when); set it to false to resume",
+        )
+    } else if min == max {
         Verdict::new(
             SCALING,
             "False",

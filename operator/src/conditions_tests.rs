@@ -291,6 +291,20 @@ fn scaling_and_checkpoint_health_are_always_present_with_a_reason() {
 }
 
 #[test]
+fn a_suspended_source_says_so_in_scaling_and_ready() {
+    let queues = [found(1, true)];
+    let mut spec = fixtures::source(fixtures::BASIC).spec;
+    spec.suspend = true;
+    let draining = deployment(Some(2), 2);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &draining });
+    assert_eq!(summary(&c, SCALING), pair("False", "Suspended"));
+    assert!(verdict(&c, SCALING).message.contains("set it to false to resume"));
+    let stopped = deployment(Some(0), 0);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &stopped });
+    assert_eq!(summary(&c, READY), pair("True", "Suspended"));
+}
+
+#[test]
 fn queue_check_failures_read_as_one_line_naming_the_field_and_the_aws_code() {
     let spec = fixtures::source(fixtures::BASIC).spec;
     let d = deployment(Some(1), 1);

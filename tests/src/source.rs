@@ -44,6 +44,22 @@ impl SourceYaml {
         Self { doc }
     }
 
+    /// An at-least-once source `name` whose readers each drain a steady few messages per second
+    /// behind the `sink_url` sink (2 concurrent requests, a small held bound), with
+    /// `targetMessagesPerReplica` so high that depth alone never asks for a second of its 1 to
+    /// `max` replicas, and no scale-down within a test: for the suites of the rate- and
+    /// latency-based scaling.
+    pub fn behind_slow_sink(name: &str, queue_url: &str, endpoint: &str, sink_url: &str, max: i32) -> Self {
+        Self::new(name, queue_url, endpoint)
+            .at_least_once()
+            .visibility_timeout(30)
+            .held_max_messages(20)
+            .sink("webhook", Sink::http(sink_url).timeout_ms(5_000).concurrency(2))
+            .replicas(1, max)
+            .target_per_replica(100_000)
+            .scale_down_stabilization(600)
+    }
+
     /// A label on the source (a change to it starts a reconcile without changing the readers).
     pub fn label(mut self, key: &str, value: &str) -> Self {
         self.doc["metadata"]["labels"][key] = json!(value);
@@ -118,6 +134,17 @@ impl SourceYaml {
     /// `scaling.targetDrainSeconds`.
     pub fn target_drain(self, seconds: u32) -> Self {
         self.set("scaling", "targetDrainSeconds", seconds)
+    }
+
+    /// `scaling.targetLatencySeconds`: the delivery latency the autoscaler keeps under.
+    pub fn target_latency(self, seconds: u32) -> Self {
+        self.set("scaling", "targetLatencySeconds", seconds)
+    }
+
+    /// `spec.suspend`: true scales the readers to 0 and pauses the source.
+    pub fn suspend(mut self, suspend: bool) -> Self {
+        self.doc["spec"]["suspend"] = json!(suspend);
+        self
     }
 
     /// `scaling.pollIntervalSeconds`: how often the autoscaler reads the queue.

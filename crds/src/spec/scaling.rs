@@ -41,6 +41,15 @@ pub struct ScalingSpec {
     #[serde(default = "default_target_drain_seconds")]
     #[schemars(range(min = 1, max = 86_400))]
     pub target_drain_seconds: i32,
+    /// A delivery latency target in seconds, 1-86400: the readers report the age of the oldest
+    /// message they received (from its SentTimestamp) and the 99th percentile of the time from
+    /// sending to hand-off to the sinks; while the larger exceeds this target, the autoscaler adds
+    /// replicas (as many as clear the backlog within the target at the measured per-replica drain
+    /// rate, at least one more), and it scales in only to a count that still clears the backlog
+    /// within the target. Absent: no latency target (depth and `targetDrainSeconds` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub target_latency_seconds: Option<i32>,
     /// Most replicas added in one scaling decision, 1-1000. Default 10.
     #[serde(default = "default_scale_up_max_step")]
     #[schemars(range(min = 1, max = 1000))]
@@ -98,6 +107,7 @@ impl Default for ScalingSpec {
             count_in_flight: true,
             count_delayed: false,
             target_drain_seconds: default_target_drain_seconds(),
+            target_latency_seconds: None,
             scale_up_max_step: default_scale_up_max_step(),
             scale_down_stabilization_seconds: default_scale_down_stabilization_seconds(),
             idle_cooldown_seconds: default_idle_cooldown_seconds(),

@@ -113,6 +113,10 @@ async fn tick(
     let checkpoint = read_checkpoint(data, now)?;
     let existed = data.is_some_and(|d| d.contains_key("openEpoch"));
     let lease_data: Vec<_> = leases.items.iter().filter_map(|cm| cm.data.clone()).collect();
+    if source.spec.suspend && !any_live(&lease_data, now) {
+        // Suspended and every reader gone: no epoch to open or commit until the source resumes.
+        return Ok(());
+    }
     // The last barrier survives intervals without a commit, and an operator restart through the
     // status it wrote before.
     let last_barrier_ms = match &reported.status {
@@ -147,6 +151,12 @@ async fn tick(
         reported.status = Some(step.status);
     }
     Ok(())
+}
+
+/// Whether any lease is still held: under `spec.suspend` the readers draining away still need
+/// their open epoch committed (or aborted), as in a scale to zero.
+fn any_live(leases: &[std::collections::BTreeMap<String, String>], now_ms: i64) -> bool {
+    leases.iter().filter_map(|d| sluice_protocol::Lease::from_data(d).ok()).any(|l| !l.is_expired(now_ms, 0))
 }
 
 /// Fences and admissions are events (commits and openings are too frequent; they are in status).

@@ -55,8 +55,14 @@ fn play(spec: &ScalingSpec, world: &World, burst: i64, seconds: i64) -> Trace {
             let in_flight = if visible > 0 { taken } else { 0 };
             let figures = QueueFigures { visible, in_flight, delayed: 0, observed_at: None };
             let now = start + k8s_openapi::jiff::SignedDuration::from_secs(second);
-            let seen =
-                Observation { figures, current: replicas, drain_per_replica: None, rate_limit: None, now };
+            let seen = Observation {
+                figures,
+                current: replicas,
+                drain_per_replica: None,
+                age_seconds: None,
+                rate_limit: None,
+                now,
+            };
             let decision = decide(spec, &seen, history);
             history = decision.history;
             if decision.desired != replicas {

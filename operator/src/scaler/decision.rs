@@ -10,6 +10,9 @@
 //! 2. recommended = ceil(backlog / `targetMessagesPerReplica`), raised to
 //!    ceil(backlog / (measured msg/s per replica * `targetDrainSeconds`)) when readers are too slow to
 //!    clear the backlog in time, then clamped to [`minReplicas`, `maxReplicas`].
+//!    With `targetLatencySeconds` L: while the reported age exceeds L, raised to
+//!    max(ceil(backlog / (rate * L)), current + 1); otherwise never below ceil(backlog / (rate * L)),
+//!    so it scales in only to a count that still meets the target.
 //! 3. With `minReplicas` 0 and an inactive queue: stay at zero, or go to zero once idle for
 //!    `idleCooldownSeconds` (at least one replica is kept until then).
 //! 4. Up at once, at most `scaleUpMaxStep` more (raising to `minReplicas` is never step-limited);
@@ -32,6 +35,9 @@ pub struct Observation {
     /// Messages per second one reader deletes, averaged over the readers that report a positive rate;
     /// `None` when none does (no readers yet, or all idle), and then the rate raises nothing.
     pub drain_per_replica: Option<f64>,
+    /// The larger of the oldest message age at receive and the 99th percentile delivery wait that
+    /// any live reader reported for its last interval, seconds; `None` when none reported one.
+    pub age_seconds: Option<f64>,
     /// The source-wide `rateLimit.messagesPerSecond`, if any: readers split it, so once the fleet
     /// drains at (nearly) that rate, more replicas add no throughput.
     pub rate_limit: Option<f64>,
@@ -94,7 +100,7 @@ impl Bounds {
 
     fn clamp(&self, wanted: i32, basis: Basis) -> (i32, Basis) {
         if wanted > self.max {
-            (self.max, Basis::MaxReplicas)
+            (self.max, Basis::MaxReplicas { wanted, over: basis.name() })
         } else if wanted < self.min {
             (self.min, Basis::MinReplicas)
         } else {
@@ -118,20 +124,30 @@ fn needed(spec: &ScalingSpec, bounds: &Bounds, backlog: i64, seen: &Observation)
     let drain_per_replica = if limit_binds { None } else { seen.drain_per_replica };
     let backlog_u = u64::try_from(backlog).unwrap_or(0);
     let by_backlog = saturating_i32(backlog_u.div_ceil(bounds.per_replica.unsigned_abs()));
-    let basis = Basis::Backlog { per_replica: bounds.per_replica };
+    let mut best = (by_backlog, Basis::Backlog { per_replica: bounds.per_replica });
+    let rate = drain_per_replica.filter(|r| r.is_finite() && *r > 0.0);
+    // Float to int `as` saturates; a rate tiny enough to overflow means "as many as allowed".
+    let within =
+        |seconds: i32| rate.map(|r| (backlog.max(0) as f64 / (r * f64::from(seconds))).ceil() as i32);
     let drain_seconds = spec.target_drain_seconds;
-    match drain_per_replica {
-        Some(rate) if rate.is_finite() && rate > 0.0 && drain_seconds > 0 && backlog > 0 => {
-            // Float to int `as` saturates; a rate tiny enough to overflow means "as many as allowed".
-            let by_rate = (backlog as f64 / (rate * f64::from(drain_seconds))).ceil() as i32;
-            if by_rate > by_backlog {
-                (by_rate, Basis::DrainRate { per_replica_per_second: rate, drain_seconds })
-            } else {
-                (by_backlog, basis)
-            }
-        }
-        _ => (by_backlog, basis),
+    if let (Some(rate), Some(by_rate)) = (rate, within(drain_seconds.max(1)))
+        && drain_seconds > 0
+        && backlog > 0
+        && by_rate > best.0
+    {
+        best = (by_rate, Basis::DrainRate { per_replica_per_second: rate, drain_seconds });
     }
+    if let Some(target) = spec.target_latency_seconds.filter(|t| *t > 0) {
+        let age = seen.age_seconds.unwrap_or(0.0);
+        let mut by_latency = within(target).unwrap_or(0);
+        if age > f64::from(target) && !limit_binds {
+            by_latency = by_latency.max(seen.current.max(0).saturating_add(1));
+        }
+        if by_latency > best.0 {
+            best = (by_latency, Basis::Latency { age_seconds: age, target_seconds: target });
+        }
+    }
+    best
 }
 
 /// Decides the replica count for one interval. Pure: same inputs, same decision.

@@ -18,6 +18,7 @@ fn seen(visible: i64, current: i32, second: i64) -> Observation {
         figures: figures(visible, 0, 0),
         current,
         drain_per_replica: None,
+        age_seconds: None,
         rate_limit: None,
         now: at(second),
     }
@@ -121,6 +122,7 @@ fn keda_aws_sqs_queue_formula_is_a_special_case() {
             figures: figures(k.visible, k.in_flight, k.delayed),
             current: k.current,
             drain_per_replica: None,
+            age_seconds: None,
             rate_limit: None,
             now: at(0),
         };
@@ -182,6 +184,56 @@ fn drain_rate_raises_when_readers_are_too_slow() {
     // targetDrainSeconds 0 switches the raise off.
     let off = ScalingSpec { target_drain_seconds: 0, ..base };
     assert_eq!(decide(&off, &observation, History::default()).desired, 6);
+}
+
+#[test]
+fn a_latency_target_adds_replicas_while_the_age_is_above_it_and_holds_them_while_they_are_needed() {
+    // 600 messages, depth alone wants 1 (per replica 1000); drain target off in effect (3600 s).
+    let base = ScalingSpec {
+        target_messages_per_replica: 1000,
+        target_drain_seconds: 3600,
+        target_latency_seconds: Some(10),
+        max_replicas: 20,
+        ..spec()
+    };
+    let at_age = |age: Option<f64>, rate: Option<f64>, current: i32| Observation {
+        age_seconds: age,
+        drain_per_replica: rate,
+        ..seen(600, current, 0)
+    };
+    // (age, rate, current, recommended): 600 / (10 msg/s x 10 s) = 6 whatever the age; above the
+    // target at least one more than running; no rate: one more at a time.
+    let cases: [(Option<f64>, Option<f64>, i32, i32); 6] = [
+        (Some(30.0), Some(10.0), 2, 6),
+        (Some(30.0), Some(10.0), 6, 7),
+        (Some(5.0), Some(10.0), 8, 6),
+        (Some(30.0), None, 2, 3),
+        (None, None, 2, 1),
+        (Some(5.0), Some(100.0), 3, 1),
+    ];
+    for (age, rate, current, recommended) in cases {
+        let decision = decide(&base, &at_age(age, rate, current), History::default());
+        assert_eq!(
+            decision.recommended, recommended,
+            "age {age:?} rate {rate:?} at {current}: {}",
+            decision.reason
+        );
+    }
+    let decision = decide(&base, &at_age(Some(30.0), Some(10.0), 2), History::default());
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 600 needs 6 replicas (oldest message waited 30.0s against targetLatencySeconds 10)"
+    );
+    // Capped by maxReplicas, the reason still names the rule that asked for more.
+    let capped = ScalingSpec { max_replicas: 4, ..base };
+    let decision = decide(&capped, &at_age(Some(30.0), Some(10.0), 2), History::default());
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 600 needs 4 replicas (maxReplicas; the targetLatencySeconds asked for 6)"
+    );
+    // Without a target the age changes nothing.
+    let off = ScalingSpec { target_latency_seconds: None, ..base };
+    assert_eq!(decide(&off, &at_age(Some(30.0), Some(10.0), 2), History::default()).recommended, 1);
 }
 
 #[test]

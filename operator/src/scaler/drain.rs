@@ -1,17 +1,29 @@
-//! The readers' measured drain rate, from their lease ConfigMaps `<source>-lease-<pod>`.
+//! The readers' measured drain rate and message ages, from their lease ConfigMaps
+//! `<source>-lease-<pod>`.
 //!
 //! Why the readers' own figure: queue depth says how much work there is, not how fast a reader gets
 //! through it; a sink that slows down makes each reader slower, and only the rate the readers
 //! actually achieve tells how many are needed to clear the backlog within `targetDrainSeconds`.
 //!
-//! Which leases count: an expired lease belongs to a reader that is gone; a draining reader is
-//! leaving and its rate is winding down; a reader with rate 0 is idle, so its rate says nothing about
-//! what it could do. The per-replica figure averages the rest; the total (for status) sums every
-//! live lease.
+//! Where the rate comes from: every reader writes one report under the key `held`
+//! (`sluice_crds::HeldReport`) whatever its guarantee; under exactlyOnce the same ConfigMap is also
+//! the checkpoint protocol's lease, whose expiry and `draining` flag say more about liveness, so its
+//! figures are preferred there. An at-least-once reader's report is live while it is younger than
+//! [`REPORT_STALE_MS`] (it is rewritten at least every 30 s).
+//!
+//! Which readers count: an expired lease or a stale report belongs to a reader that is gone; a
+//! draining reader is leaving and its rate is winding down; a reader with rate 0 is idle, so its
+//! rate says nothing about what it could do. The per-replica figure averages the rest; the total
+//! (for status) sums every live reader. The ages are the largest any live reader reported.
 
 use std::collections::BTreeMap;
 
+use sluice_crds::{HELD_REPORT_KEY, HeldReport};
 use sluice_protocol::{Lease, ROLE_LABEL, SOURCE_LABEL};
+
+/// Age after which an at-least-once reader's report is a reader that is gone: two of its 30 s
+/// refreshes and some slack.
+pub const REPORT_STALE_MS: i64 = 65_000;
 
 /// Label value of `ROLE_LABEL` on lease ConfigMaps.
 const LEASE_ROLE: &str = "lease";
@@ -27,28 +39,67 @@ pub struct DrainRate {
     pub per_replica: Option<f64>,
     /// Sum over live readers, messages per second.
     pub total: f64,
-    /// Live leases read.
+    /// Live readers read.
     pub live_readers: usize,
+    /// The oldest message age at receive any live reader reported for its last interval, seconds;
+    /// `None` when none received.
+    pub oldest_age_seconds: Option<f64>,
+    /// The largest 99th percentile of the delivery wait (SentTimestamp to hand-off) any live reader
+    /// reported, seconds; `None` when none handed off.
+    pub delivery_wait_p99_seconds: Option<f64>,
 }
 
-/// Reads the rate from the lease ConfigMaps' data. `now_ms` is the operator's clock; a lease is
-/// live until it expired on it (readers and operator are assumed within a lease of each other).
-/// Unreadable leases are skipped: the checkpoint coordinator reports them.
+/// One live reader's figures: drain rate (msg/s) and whether it is leaving.
+struct Reader {
+    per_second: f64,
+    draining: bool,
+}
+
+/// The reader a ConfigMap's data describes, if it is live at `now_ms`, with its report if any.
+fn reader(data: &BTreeMap<String, String>, now_ms: i64) -> Option<(Reader, Option<HeldReport>)> {
+    let report = data.get(HELD_REPORT_KEY).and_then(|r| serde_json::from_str::<HeldReport>(r).ok());
+    if let Ok(lease) = Lease::from_data(data) {
+        if lease.is_expired(now_ms, 0) {
+            return None;
+        }
+        let reader =
+            Reader { per_second: lease.drain_millis_per_second as f64 / 1000.0, draining: lease.draining };
+        return Some((reader, report));
+    }
+    let report = report.filter(|r| now_ms - r.reported_at_ms <= REPORT_STALE_MS)?;
+    let reader =
+        Reader { per_second: report.reader.drain_millis_per_second as f64 / 1000.0, draining: false };
+    Some((reader, Some(report)))
+}
+
+fn seconds(ms: Option<u64>) -> Option<f64> {
+    ms.map(|ms| ms as f64 / 1000.0)
+}
+
+/// Reads the rate and ages from the lease ConfigMaps' data. `now_ms` is the operator's clock; a
+/// lease is live until it expired on it (readers and operator are assumed within a lease of each
+/// other). Unreadable leases are skipped: the checkpoint coordinator reports them.
 pub fn drain_rate<'a>(
     leases: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
     now_ms: i64,
 ) -> DrainRate {
     let mut rate = DrainRate::default();
     let mut busy = Vec::new();
-    for lease in leases.into_iter().filter_map(|data| Lease::from_data(data).ok()) {
-        if lease.is_expired(now_ms, 0) {
-            continue;
-        }
-        let per_second = lease.drain_millis_per_second as f64 / 1000.0;
+    let max = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    for (reader, report) in leases.into_iter().filter_map(|data| reader(data, now_ms)) {
         rate.live_readers += 1;
-        rate.total += per_second;
-        if !lease.draining && per_second > 0.0 {
-            busy.push(per_second);
+        rate.total += reader.per_second;
+        if !reader.draining && reader.per_second > 0.0 {
+            busy.push(reader.per_second);
+        }
+        if let Some(report) = report {
+            rate.oldest_age_seconds =
+                max(rate.oldest_age_seconds, seconds(report.reader.oldest_age_milliseconds));
+            rate.delivery_wait_p99_seconds =
+                max(rate.delivery_wait_p99_seconds, seconds(report.reader.delivery_wait_p99_milliseconds));
         }
     }
     if !busy.is_empty() {
@@ -59,6 +110,7 @@ pub fn drain_rate<'a>(
 
 #[cfg(test)]
 mod tests {
+    use sluice_crds::ReaderHeld;
     use sluice_protocol::Incarnation;
 
     use super::*;
@@ -86,14 +138,62 @@ mod tests {
         let mut unreadable = BTreeMap::new();
         unreadable.insert("holder".to_owned(), "f".to_owned());
         let rate = drain_rate(leases.iter().chain([&unreadable]), now);
-        assert_eq!(rate, DrainRate { per_replica: Some(30.0), total: 65.0, live_readers: 4 });
+        assert_eq!(
+            rate,
+            DrainRate { per_replica: Some(30.0), total: 65.0, live_readers: 4, ..DrainRate::default() }
+        );
     }
 
     #[test]
     fn no_busy_reader_means_no_rate() {
         let rate = drain_rate([&lease("a", 0, 0, false)], 1_000);
-        assert_eq!(rate, DrainRate { per_replica: None, total: 0.0, live_readers: 1 });
+        assert_eq!(
+            rate,
+            DrainRate { per_replica: None, total: 0.0, live_readers: 1, ..DrainRate::default() }
+        );
         assert_eq!(drain_rate([], 0), DrainRate::default());
+    }
+
+    /// An at-least-once reader's ConfigMap: only its report, no protocol keys.
+    fn report(
+        pod: &str,
+        reported_at_ms: i64,
+        drain_millis: u64,
+        oldest_ms: Option<u64>,
+    ) -> BTreeMap<String, String> {
+        let report = HeldReport {
+            reported_at_ms,
+            reader: ReaderHeld {
+                pod: pod.to_owned(),
+                drain_millis_per_second: drain_millis,
+                oldest_age_milliseconds: oldest_ms,
+                delivery_wait_p99_milliseconds: oldest_ms.map(|ms| ms / 2),
+                ..ReaderHeld::default()
+            },
+        };
+        BTreeMap::from([(HELD_REPORT_KEY.to_owned(), serde_json::to_string(&report).expect("json"))])
+    }
+
+    #[test]
+    fn at_least_once_readers_count_by_their_reports_until_stale() {
+        let now = 200_000;
+        let maps = [
+            report("a", now - 5_000, 12_000, Some(9_000)),
+            report("b", now - 29_000, 8_000, None),
+            // Gone: its last report is older than two refreshes.
+            report("c", now - REPORT_STALE_MS - 1, 50_000, Some(60_000)),
+        ];
+        let rate = drain_rate(&maps, now);
+        assert_eq!(
+            rate,
+            DrainRate {
+                per_replica: Some(10.0),
+                total: 20.0,
+                live_readers: 2,
+                oldest_age_seconds: Some(9.0),
+                delivery_wait_p99_seconds: Some(4.5),
+            }
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Metrics {
     changes: Family<ChangeLabels, Counter>,
     poll_errors: Family<SourceLabels, Counter>,
     queue_read_errors: Family<SourceLabels, Counter>,
+    message_age: Family<SourceLabels, FloatGauge>,
+    suspended: Family<SourceLabels, Gauge>,
 }
 
 impl Metrics {
@@ -101,7 +103,23 @@ impl Metrics {
             "Intervals in which the queue attributes (GetQueueAttributes) could not be read",
             metrics.queue_read_errors.clone(),
         );
+        r.register(
+            "message_age_seconds",
+            "The larger of the oldest message age at receive and the p99 delivery wait the readers reported (0: none)",
+            metrics.message_age.clone(),
+        );
+        r.register("suspended", "1 while spec.suspend holds the readers at 0", metrics.suspended.clone());
         metrics
+    }
+
+    /// The age the readers reported, as the latency target compares it.
+    pub fn age(&self, labels: &SourceLabels, age_seconds: Option<f64>) {
+        self.message_age.get_or_create(labels).set(age_seconds.unwrap_or(0.0));
+    }
+
+    /// Whether the source is suspended; set after every interval.
+    pub fn suspended(&self, labels: &SourceLabels, suspended: bool) {
+        self.suspended.get_or_create(labels).set(i64::from(suspended));
     }
 
     /// Records one decision and its inputs.
@@ -154,10 +172,12 @@ impl Metrics {
             &self.current,
             &self.recommended,
             &self.desired,
+            &self.suspended,
         ] {
             family.remove(labels);
         }
         self.drain_per_replica.remove(labels);
+        self.message_age.remove(labels);
     }
 }
 
@@ -181,6 +201,7 @@ mod tests {
             figures: figures.clone(),
             current: 2,
             drain_per_replica: Some(2.5),
+            age_seconds: None,
             rate_limit: None,
             now: Timestamp::UNIX_EPOCH,
         };

@@ -15,6 +15,7 @@ pub mod history;
 pub mod metrics;
 pub mod reaction;
 pub mod reason;
+pub mod suspend;
 pub mod task;
 
 #[cfg(test)]

@@ -13,10 +13,26 @@ pub enum Basis {
     Backlog { per_replica: i64 },
     /// The readers' measured drain rate cannot clear the backlog within `targetDrainSeconds`.
     DrainRate { per_replica_per_second: f64, drain_seconds: i32 },
+    /// The reported age is above `targetLatencySeconds`, or fewer replicas could not clear the
+    /// backlog within it at the measured rate.
+    Latency { age_seconds: f64, target_seconds: i32 },
     /// Held up by `minReplicas`.
     MinReplicas,
-    /// Held down by `maxReplicas`.
-    MaxReplicas,
+    /// Held down by `maxReplicas`: the rule named `over` asked for `wanted`.
+    MaxReplicas { wanted: i32, over: &'static str },
+}
+
+impl Basis {
+    /// The setting or figure behind this basis, as a user finds it in the spec or the status.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Backlog { .. } => "targetMessagesPerReplica",
+            Self::DrainRate { .. } => "drain rate",
+            Self::Latency { .. } => "targetLatencySeconds",
+            Self::MinReplicas => "minReplicas",
+            Self::MaxReplicas { .. } => "maxReplicas",
+        }
+    }
 }
 
 impl fmt::Display for Basis {
@@ -27,8 +43,12 @@ impl fmt::Display for Basis {
                 f,
                 "readers drain {per_replica_per_second:.1} msg/s each, too slow to clear it within {drain_seconds}s"
             ),
+            Self::Latency { age_seconds, target_seconds } => write!(
+                f,
+                "oldest message waited {age_seconds:.1}s against targetLatencySeconds {target_seconds}"
+            ),
             Self::MinReplicas => f.write_str("minReplicas"),
-            Self::MaxReplicas => f.write_str("maxReplicas"),
+            Self::MaxReplicas { wanted, over } => write!(f, "maxReplicas; the {over} asked for {wanted}"),
         }
     }
 }

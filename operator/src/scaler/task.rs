@@ -28,6 +28,7 @@ use super::decision::{Decision, Observation, decide};
 use super::drain::{DrainRate, drain_rate, lease_selector};
 use super::history::History;
 use super::metrics::{Metrics, SourceLabels};
+use super::suspend;
 use crate::names::{SCALER_FIELD_MANAGER, checkpoint_name, reader_name};
 
 /// Shared by every source's loop.
@@ -52,10 +53,12 @@ pub enum TickError {
 /// What one loop remembers between intervals.
 #[derive(Debug, Default)]
 pub struct SourceState {
-    history: Option<History>,
-    last_scale: Option<(String, String)>,
-    status_written: Option<ScaleStatus>,
+    pub(super) history: Option<History>,
+    pub(super) last_scale: Option<(String, String)>,
+    pub(super) status_written: Option<ScaleStatus>,
     replicas_published: Option<i32>,
+    /// Whether the source was suspended at the last interval; `None` before the first.
+    pub(super) suspended: Option<bool>,
 }
 
 /// The result of one interval.
@@ -67,6 +70,8 @@ pub enum Tick {
         current: i32,
         decision: Decision,
     },
+    /// `spec.suspend` is true: replicas held at 0, nothing decided.
+    Suspended,
 }
 
 fn labels_of(source: &SqsSource) -> SourceLabels {
@@ -85,9 +90,13 @@ pub async fn tick(
     let name = source.name_any();
     let spec = &source.spec;
 
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    if spec.suspend {
+        return suspend::hold(ctx, source, state, &deployments, now).await;
+    }
+    suspend::resume(ctx, source, state).await;
     let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
     let figures = crate::aws_requests::for_source(&namespace, &name, figures).await?;
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
         return Ok(Tick::NoDeployment);
     };
@@ -100,12 +109,14 @@ pub async fn tick(
         figures: figures.clone(),
         current,
         drain_per_replica: drain.per_replica,
+        age_seconds: max_of(drain.oldest_age_seconds, drain.delivery_wait_p99_seconds),
         rate_limit,
         now,
     };
     let decision = decide(&spec.scaling, &seen, history);
     state.history = Some(decision.history.clone());
     ctx.metrics.observe(&labels_of(source), &figures, drain.per_replica, current, &decision);
+    ctx.metrics.age(&labels_of(source), seen.age_seconds);
 
     apply_replicas(ctx, source, state, &deployments, current, &decision, now).await?;
     let scale =
@@ -115,6 +126,13 @@ pub async fn tick(
         announce(ctx, source, current, &decision).await;
     }
     Ok(Tick::Decided { current, decision })
+}
+
+fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The source's drain rate from its readers' lease ConfigMaps.
@@ -169,7 +187,7 @@ async fn apply_replicas(
 /// Applies the scaler's status fields when they differ from what this loop last wrote. `scale`
 /// comes without `last_scale`: that is the loop's memory, seeded from the object's status on the
 /// first write.
-async fn write_status(
+pub(super) async fn write_status(
     ctx: &Context,
     source: &SqsSource,
     state: &mut SourceState,
@@ -250,11 +268,12 @@ pub async fn run_source(
         let outcome = tick(&ctx, &source, &mut state, Timestamp::now()).await;
         // The scaler is blind while this fails (SluiceScalerBlind in deploy/observability/).
         ctx.metrics.queue_read(&source_labels, matches!(outcome, Err(TickError::Queue(_))));
+        ctx.metrics.suspended(&source_labels, source.spec.suspend);
         match outcome {
             Ok(Tick::NoDeployment) => {
                 tracing::debug!("reader deployment not there yet");
             }
-            Ok(Tick::Decided { .. }) => {}
+            Ok(Tick::Decided { .. } | Tick::Suspended) => {}
             // The source or its Deployment went away between the watch and this tick: the loop
             // ends once the store drops the source; nothing failed.
             Err(TickError::Kube(kube::Error::Api(status))) if status.code == 404 => {

@@ -6,14 +6,17 @@
 //! `own-lease-only`) lets a reader write, it is owned by the source (gone with it), and the
 //! operator already lists a source's leases by label. Under exactlyOnce the lease's own renewals
 //! carry the report (`lease::lease_object`); otherwise [`Reporter`] writes a ConfigMap holding only
-//! this key (no protocol keys: the coordinator ignores it).
+//! these keys (no protocol keys: the coordinator ignores it).
 //!
-//! Beside it, under the key `held`, what the reader holds and how long its messages waited
-//! (`settle::held_report`), for the source's `status.readers`.
+//! Beside it, under the key `held`, the rest of the reader's report (`settle::held_report`): what
+//! it holds, its drain rate, the oldest age it received and how long its messages waited, for the
+//! source's `status.readers` and the autoscaler. This writer is what lets an at-least-once source
+//! scale on its drain rate as an exactly-once one does.
 //!
 //! Why rate-limited: a failing sink changes its counts with every message. A write is made when
-//! the set of stalled or failing sinks changes, or what the reader holds halves or doubles (or its
-//! bound changes), at most every [`MIN_GAP`], and otherwise every
+//! the set of stalled or failing sinks changes, or what the reader holds, its drain rate or the
+//! oldest age it saw halves or doubles (or its bound changes), at most every [`MIN_GAP`], and
+//! otherwise every
 //! [`REFRESH`] so that the operator can tell a live report from a dead reader's ([`KEY`] carries
 //! the time of writing).
 //!
@@ -63,10 +66,11 @@ pub fn entry() -> (String, String) {
 
 /// Per sink: its name, whether it fails, whether it is stalled; and the shape of what the reader
 /// holds (`held_report::shape`).
-type Shape = (Vec<(String, bool, bool)>, Option<(u32, usize)>);
+type Shape = (Vec<(String, bool, bool)>, Option<held_report::Shape>);
 
 /// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled,
-/// and a change of what the reader holds by about half or double, or of its bound.
+/// and a change by about half or double of what the reader holds, of its drain rate or of the
+/// oldest age it received, or of its bound.
 fn shape(sinks: &BTreeMap<String, SinkReport>) -> Shape {
     let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect();
     (sinks, held_report::shape())
@@ -157,9 +161,10 @@ mod tests {
     #[test]
     fn writes_at_once_then_on_change_no_sooner_than_the_gap_and_at_the_refresh() {
         let t0 = Instant::now();
-        let healthy = (vec![("web".to_owned(), false, false)], Some((3, 40)));
-        let failing = (vec![("web".to_owned(), true, false)], Some((3, 40)));
-        let fuller = (vec![("web".to_owned(), false, false)], Some((5, 40)));
+        let healthy = (vec![("web".to_owned(), false, false)], Some([3, 40, 4, 0]));
+        let failing = (vec![("web".to_owned(), true, false)], Some([3, 40, 4, 0]));
+        let fuller = (vec![("web".to_owned(), false, false)], Some([5, 40, 4, 0]));
+        let faster = (vec![("web".to_owned(), false, false)], Some([3, 40, 5, 0]));
         assert!(due(None, t0, &healthy), "the first report at once");
         let written = (t0, healthy.clone());
         let last = Some(&written);
@@ -168,6 +173,7 @@ mod tests {
         assert!(!due(last, t0 + Duration::from_secs(29), &healthy), "no change: quiet");
         assert!(due(last, t0 + REFRESH, &healthy), "the refresh");
         assert!(due(last, t0 + MIN_GAP, &fuller), "held grew fourfold");
+        assert!(due(last, t0 + MIN_GAP, &faster), "the drain rate doubled");
     }
 
     #[test]

@@ -444,6 +444,7 @@ impl Backend for Cluster {
     }
 
     fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool) {
+        held_report::drained(drain_millis_per_second);
         *self.figures.lock().unwrap_or_else(|p| p.into_inner()) =
             (drain_millis_per_second, in_flight, draining);
     }

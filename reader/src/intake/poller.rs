@@ -279,7 +279,10 @@ impl Poller {
         }
         Waits::add(&self.waits.rate_us, since);
         self.intake.metrics.held.waited(items.len(), landed.elapsed());
-        crate::settle::held_report::waited(items.len(), landed.elapsed());
+        crate::settle::held_report::waited(
+            items.iter().map(|i| i.record.sent_timestamp_ms),
+            landed.elapsed(),
+        );
         self.intake.pipeline.deliver(tickets, items, self.intake.queue.fifo, claim);
         true
     }
@@ -318,6 +321,7 @@ impl Poller {
         let sent_ms: Vec<i64> = usable.iter().filter_map(sent_timestamp_ms).collect();
         let bytes: usize = usable.iter().map(|m| m.body().map_or(0, str::len)).sum();
         metrics.received(&self.intake.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
+        crate::settle::held_report::received(&sent_ms, now_ms());
         let usable = self.intake.pipeline.sort(&self.intake.queue, usable).await;
         let arrivals: Vec<Arrival> = usable
             .iter()

@@ -36,6 +36,8 @@ pub struct Heartbeat {
 
 /// How far back the drain rate reported in the lease looks.
 const DRAIN_WINDOW: Duration = Duration::from_secs(10);
+/// The least busy time a drain rate is measured over; shorter, the reader reports none (0).
+const DRAIN_LEAST: Duration = Duration::from_secs(2);
 
 impl Heartbeat {
     /// Beat until `stop` is cancelled.
@@ -49,6 +51,11 @@ impl Heartbeat {
                 _ = tick.tick() => self.beat().await,
             }
             let now = std::time::Instant::now();
+            // An idle reader's rate says nothing of what it could do: the window starts afresh
+            // whenever it holds nothing, so the rate is measured over busy time only.
+            if self.ledger.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                deletes.clear();
+            }
             deletes.push_back((now, self.metrics.deleted.get()));
             while deletes.front().is_some_and(|(t, _)| now.duration_since(*t) > DRAIN_WINDOW) {
                 deletes.pop_front();
@@ -69,7 +76,7 @@ impl Heartbeat {
             now_ms().saturating_add(ahead)
         });
         let drain = match (deletes.front(), deletes.back()) {
-            (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
+            (Some((t0, d0)), Some((t1, d1))) if t1.duration_since(*t0) >= DRAIN_LEAST => {
                 let per_second = (d1 - d0) as f64 / t1.duration_since(*t0).as_secs_f64();
                 (per_second * 1000.0) as u64
             }

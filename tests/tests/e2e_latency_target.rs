@@ -1,0 +1,173 @@
+//! End-to-end: `spec.scaling.targetLatencySeconds` sizes the fleet by how long messages wait.
+//!
+//! A queue is fed at a steady rate faster than one reader drains (its sink answers each event after
+//! a fixed latency). Depth and drain-time targets are set so that they never call for a second
+//! replica; only the latency target can. The source starts suspended, so that when it resumes
+//! with one reader the oldest waiting message is already older than the target. The oldest age the
+//! readers report (from SentTimestamp) must push the replicas up, with a decision that names the
+//! target, until the age falls under the target; the count must then hold while the feed goes on.
+//! The age is printed over time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use kube::Api;
+use sluice_crds::SqsSource;
+use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::poll::{self, Check};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::SourceYaml;
+use sluice_tests::system::System;
+use tokio_util::sync::CancellationToken;
+
+const SOURCE: &str = "prompt";
+const TARGET_SECONDS: u32 = 10;
+/// Messages sent every [`FEED_EVERY`]: 25 msg/s, about three readers' worth behind this sink.
+const FEED_BATCH: usize = 10;
+const FEED_EVERY: Duration = Duration::from_millis(400);
+const FEED_FOR: Duration = Duration::from_secs(150);
+const SINK_LATENCY: Duration = Duration::from_millis(200);
+const MAX_REPLICAS: i32 = 8;
+/// How long the queue is fed while the source is suspended: longer than the target.
+const PRELOAD: Duration = Duration::from_secs(15);
+
+fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, suspend: bool) -> String {
+    SourceYaml::behind_slow_sink(SOURCE, &queue.url, endpoint, sink, MAX_REPLICAS)
+        .suspend(suspend)
+        .target_drain(3_600)
+        .target_latency(TARGET_SECONDS)
+        .yaml()
+}
+
+/// Sends `FEED_BATCH` messages every `FEED_EVERY` until `stop`.
+fn feed(queue: TestQueue, stop: CancellationToken) -> tokio::task::JoinHandle<Result<usize>> {
+    tokio::spawn(async move {
+        let mut sent = 0;
+        let mut tick = tokio::time::interval(FEED_EVERY);
+        while !stop.is_cancelled() {
+            tick.tick().await;
+            sent += queue.send_batch(FEED_BATCH).await?.len();
+        }
+        Ok(sent)
+    })
+}
+
+/// One sample: seconds since the feed started, replicas, the largest oldest age and p99 delivery
+/// wait any reader reported (seconds), and the last scale reason.
+struct Sample {
+    at: f64,
+    replicas: i32,
+    oldest: Option<f64>,
+    p99: Option<f64>,
+    reason: String,
+}
+
+async fn sample(system: &System, start: Instant) -> Result<Sample> {
+    let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), &system.namespace);
+    let status = sources.get(SOURCE).await?.status.unwrap_or_default();
+    let seconds = |ms: Option<u64>| ms.map(|ms| ms as f64 / 1000.0);
+    let max = |f: fn(&sluice_crds::ReaderHeld) -> Option<u64>| {
+        status.readers.iter().filter_map(f).max().map(Some).and_then(seconds)
+    };
+    Ok(Sample {
+        at: start.elapsed().as_secs_f64(),
+        replicas: system.reader_replicas(SOURCE).await?.unwrap_or(-1),
+        oldest: max(|r| r.oldest_age_milliseconds),
+        p99: max(|r| r.delivery_wait_p99_milliseconds),
+        reason: status.last_scale_reason.unwrap_or_default(),
+    })
+}
+
+fn show(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:5.1}s"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_holds() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let client = sqs_client(&endpoint);
+    let options = QueueOptions { visibility_timeout: Some(30), ..QueueOptions::default() };
+    let queue = TestQueue::create_with(&client, "e2e-latency", false, &options).await?;
+    let sink = SinkServer::start_with_latency("127.0.0.1:0", SINK_LATENCY).await?;
+    let system =
+        System::start_with_operator(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-latency")).await?;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), true)).await?;
+    poll::until(Duration::from_secs(60), Duration::from_millis(250), || async {
+        let replicas = system.reader_replicas(SOURCE).await?;
+        Ok(Check::met_if(replicas == Some(0), || format!("spec.replicas {replicas:?}")))
+    })
+    .await?;
+
+    let stop = CancellationToken::new();
+    let feeding = feed(TestQueue::open(&client, &queue.url), stop.clone());
+    let start = Instant::now();
+    tokio::time::sleep(PRELOAD).await;
+    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), false)).await?;
+    println!(
+        "[{:5.1}s] resumed after {PRELOAD:?} of feeding into the suspended source",
+        start.elapsed().as_secs_f64()
+    );
+    println!(
+        "feeding {} msg/s for {FEED_FOR:?}; target {TARGET_SECONDS}s; one reader drains about 2 / {SINK_LATENCY:?}",
+        FEED_BATCH as f64 / FEED_EVERY.as_secs_f64()
+    );
+    println!("  time  replicas  oldest-age  p99-wait  last scale reason");
+    let mut samples = Vec::new();
+    while start.elapsed() < FEED_FOR {
+        let s = sample(&system, start).await?;
+        println!("{:6.1}s  {:8}  {:>10}  {:>8}  {}", s.at, s.replicas, show(s.oldest), show(s.p99), s.reason);
+        samples.push(s);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    stop.cancel();
+    let sent = feeding.await??;
+    println!("sent {sent}; sink {} distinct", sink.stats().distinct);
+
+    let target = f64::from(TARGET_SECONDS);
+    let Some(first_up) = samples.iter().position(|s| s.reason.contains("targetLatencySeconds")) else {
+        bail!("no decision named the latency target; logs under {}", system.state_dir().display());
+    };
+    let over_at = samples.iter().position(|s| s.oldest.is_some_and(|a| a > target));
+    assert!(over_at.is_some(), "the oldest age never exceeded the target: the scenario did not test it");
+    let peak = samples.iter().map(|s| s.replicas).max().unwrap_or(0);
+    assert!(peak > 1, "replicas never rose above 1");
+    // The last change of replicas, then the age under the target from there to the end.
+    let last_change = (1..samples.len())
+        .rev()
+        .find(|&i| samples[i].replicas != samples[i - 1].replicas)
+        .unwrap_or(first_up);
+    let settled = &samples[last_change..];
+    let under = settled.iter().position(|s| s.oldest.is_some_and(|a| a < target));
+    let Some(under) = under else {
+        bail!(
+            "after the last scale (to {}) the oldest age never fell under {target}s",
+            samples[last_change].replicas
+        );
+    };
+    let held_for = settled.last().map_or(0.0, |s| s.at) - settled[under].at;
+    println!(
+        "replicas rose to {peak} (first latency decision at {:.1}s, last change at {:.1}s); the oldest age fell under \
+         {target}s at {:.1}s and the count held for the remaining {held_for:.1}s of the feed",
+        samples[first_up].at, samples[last_change].at, settled[under].at
+    );
+    let tail = &settled[under..];
+    assert!(
+        tail.len() >= 5,
+        "the count did not hold for at least 5 samples after the age fell under the target"
+    );
+    let over: Vec<String> = tail
+        .iter()
+        .filter(|s| s.oldest.is_some_and(|a| a > 2.0 * target))
+        .map(|s| format!("{:.1}s", s.at))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "the oldest age rose past twice the target again while the count held at: {over:?}"
+    );
+
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
