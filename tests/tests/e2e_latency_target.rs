@@ -26,7 +26,7 @@ const TARGET_SECONDS: u32 = 10;
 /// Messages sent every [`FEED_EVERY`]: 25 msg/s, about three readers' worth behind this sink.
 const FEED_BATCH: usize = 10;
 const FEED_EVERY: Duration = Duration::from_millis(400);
-const FEED_FOR: Duration = Duration::from_secs(150);
+const FEED_FOR: Duration = Duration::from_secs(100);
 const SINK_LATENCY: Duration = Duration::from_millis(200);
 const MAX_REPLICAS: i32 = 8;
 /// How long the queue is fed while the source is suspended: longer than the target.

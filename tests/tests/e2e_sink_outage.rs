@@ -4,7 +4,7 @@
 //!
 //! Three outages side by side, one queue and one reader each: connections refused (nothing
 //! listens on the port), every event answered 503, and every request left unanswered (the
-//! reader's `timeoutMs` fires). The outage lasts `SLUICE_OUTAGE_SECONDS` (default 60: long
+//! reader's `timeoutMs` fires). The outage lasts `SLUICE_OUTAGE_SECONDS` (default 45: long
 //! enough that releasing failed messages with the old visibility backoff of 1, 2, 4 s would have
 //! spent all 3 receives of every message; `SLUICE_OUTAGE_SECONDS=300` runs the 5-minute outage).
 //!
@@ -15,7 +15,7 @@
 //! most; the counts are printed).
 //!
 //! And the same rule under exactlyOnce: an S3 sink whose bucket is missing for
-//! `SLUICE_BUCKET_OUTAGE_SECONDS` (default 60) and then created; nothing reaches the dead-letter
+//! `SLUICE_BUCKET_OUTAGE_SECONDS` (default 45) and then created; nothing reaches the dead-letter
 //! queue, and every message is committed exactly once.
 
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ enum Outage {
 }
 
 fn outage_seconds() -> u64 {
-    std::env::var("SLUICE_OUTAGE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60)
+    std::env::var("SLUICE_OUTAGE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(45)
 }
 
 fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, port: u16) -> String {
@@ -233,10 +233,10 @@ async fn a_sink_outage_holds_messages_and_pauses_receiving() -> Result<()> {
     Ok(())
 }
 
-/// How long the exactly-once run's bucket is missing: `SLUICE_BUCKET_OUTAGE_SECONDS`, default 60
+/// How long the exactly-once run's bucket is missing: `SLUICE_BUCKET_OUTAGE_SECONDS`, default 45
 /// (the 2 minutes: `SLUICE_BUCKET_OUTAGE_SECONDS=120`).
 fn bucket_outage_seconds() -> u64 {
-    std::env::var("SLUICE_BUCKET_OUTAGE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60)
+    std::env::var("SLUICE_BUCKET_OUTAGE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(45)
 }
 
 /// Each `seq` in the committed objects under `bucket`, with how often it appears.
