@@ -6,7 +6,9 @@
 //! The operator is SIGKILLed once the status shows about half replayed and started again.
 //!
 //! What must hold: every one of the 300 reaches the sink, the dead-letter queue is empty,
-//! `status.replay` says Completed with `replayed: 300` and nothing uncertain, and no message was
+//! `status.replay` says Completed with `replayed: 300` (or, when the kill landed on a batch
+//! journalled `sending`, those at most 10 left `uncertain` and brought through by a second
+//! request), and no message was
 //! replayed twice: each body reaches the sink under one SQS MessageId only (a second replay of a
 //! message would be a new message with a new id; the same id twice is the reader's at-least-once
 //! redelivery, which is printed but allowed).
@@ -153,6 +155,33 @@ async fn a_replay_survives_an_operator_kill_and_replays_each_dead_letter_once() 
 
     let done = wait_replay(&system, Duration::from_secs(180), |s| s.phase == "Completed").await?;
     let elapsed = started.elapsed();
+    // A kill that lands while a batch is journalled `sending` leaves that batch (at most 10) in the
+    // dead-letter queue as `uncertain`: SQS cannot say whether the copies went out, and the request
+    // never sends twice. Where the kill lands is a matter of milliseconds (on a loaded machine it
+    // was `sending`), so the test follows the design: those are left, and a second request brings
+    // them through.
+    ensure!(done.uncertain <= 10, "more than one batch uncertain: {done:?}");
+    ensure!(
+        done.replayed + done.uncertain == MESSAGES as u64,
+        "status.replay.replayed {} + uncertain {} is not {MESSAGES}: {done:?}",
+        done.replayed,
+        done.uncertain
+    );
+    if done.uncertain > 0 {
+        sink.wait_for_distinct(done.replayed, Duration::from_secs(60)).await?;
+        let left = dlq.approximate_counts().await?;
+        println!(
+            "{} uncertain left in the dead-letter queue ({left:?}); a second request replays them",
+            done.uncertain
+        );
+        let again = json!({"id": "after-the-kill", "ratePerSecond": RATE});
+        system.apply_source(&source_yaml(&queue.url, &endpoint, &sink.url(), &dlq.url, Some(again))?).await?;
+        let second = wait_replay(&system, Duration::from_secs(120), |s| {
+            s.id == "after-the-kill" && s.phase == "Completed"
+        })
+        .await?;
+        ensure!(second.replayed == done.uncertain, "the second request replayed {second:?}");
+    }
     sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(60)).await?;
     poll::until(Duration::from_secs(60), Duration::from_millis(500), || async {
         let (dead, left) = (dlq.approximate_counts().await?, queue.approximate_counts().await?);
@@ -184,12 +213,6 @@ async fn a_replay_survives_an_operator_kill_and_replays_each_dead_letter_once() 
         elapsed.as_secs_f64(),
         MESSAGES as f64 / elapsed.as_secs_f64()
     );
-    ensure!(
-        done.replayed == MESSAGES as u64,
-        "status.replay.replayed is {}, not {MESSAGES}: {done:?}",
-        done.replayed
-    );
-    ensure!(done.uncertain == 0, "a batch was in flight at the kill: {done:?}");
     ensure!(ids_by_seq.len() == MESSAGES, "{} of {MESSAGES} bodies delivered", ids_by_seq.len());
     ensure!(replayed_twice.is_empty(), "replayed twice: {replayed_twice:?}");
     Setup { system, queue, dlq, sink, endpoint }.finish().await
