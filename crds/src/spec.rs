@@ -9,6 +9,7 @@
 mod credentials;
 mod delivery;
 mod embedded_bounds;
+mod filter;
 mod held;
 mod payload;
 mod pod_resources;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{CredentialSource, Credentials, SecretCredentialsRef};
 pub use self::delivery::{DeliverySpec, Guarantee, RetrySpec, RetryStrategy};
+pub use self::filter::{FilterFate, FilterSpec};
 pub use self::held::HeldSpec;
 pub use self::payload::{ExtendedClientSpec, PayloadFormat, PayloadS3Spec, PayloadSpec};
 pub use self::queue::QueueRef;
@@ -74,6 +76,10 @@ use crate::status::SqsSourceStatus;
         .field_path(".deadLetterSink.name")
         .reason(Reason::FieldValueDuplicate)
         .message("spec.deadLetterSink.name must differ from every name in spec.sinks: rename the dead-letter sink"),
+    validation = Rule::new("!has(self.filter) || !has(self.filter.routeTo) || self.sinks.exists(s, s.name == self.filter.routeTo)")
+        .field_path(".filter.routeTo")
+        .reason(Reason::FieldValueInvalid)
+        .message("spec.filter.routeTo names no sink in spec.sinks: use the name of one of spec.sinks[].name"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SqsSourceSpec {
@@ -141,4 +147,8 @@ pub struct SqsSourceSpec {
     /// in `status.replay`. Absent: nothing is replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplaySpec>,
+    /// Take only the messages a CEL expression over their attributes and body matches, and say
+    /// what becomes of the others (delete, release or route). Absent: every message is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterSpec>,
 }

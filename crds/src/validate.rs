@@ -7,6 +7,7 @@
 //! only in [`parse_source_yaml`].
 
 mod error;
+pub mod filter;
 pub mod self_loop;
 pub mod structural;
 
@@ -75,6 +76,11 @@ pub fn validate_source_value(v: &Value) -> Result<SqsSource, SpecError> {
     let source: SqsSource = serde_json::from_value(value)
         .map_err(|e| SpecError::new(vec![Violation::new("spec", format!("cannot be decoded: {e}"))]))?;
     check_cel(&source)?;
+    // The CEL interpreter the apiserver runs cannot compile an expression held in a field; the
+    // filter's is compiled here (and again by the operator and the reader).
+    if let Some(violation) = filter::check(&source.spec) {
+        return Err(SpecError::new(vec![violation]));
+    }
     Ok(source)
 }
 

@@ -197,3 +197,27 @@ fn broken_yaml_and_a_wrong_envelope_are_explained() {
 
     assert!(validate_source_value(&json!(["not", "a", "mapping"])).is_err());
 }
+
+#[test]
+fn a_filter_expression_that_cannot_run_is_named_at_apply() {
+    let filter = |expression: &str| {
+        MINIMAL.replace(
+            "spec:\n",
+            &format!("spec:\n  filter:\n    expression: \"{expression}\"\n    onMismatch: delete\n"),
+        )
+    };
+    assert_eq!(
+        yaml_error(&filter("atributes.kind == 'order'")),
+        "spec.filter.expression: uses \"atributes\", which is not a variable of a filter: use attributes, system, messageId or body"
+    );
+    let err = yaml_error(&filter("attributes.kind == "));
+    assert!(err.starts_with("spec.filter.expression: is not a CEL expression: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(parse_source_yaml(&filter("attributes.kind == 'order' && body.total > 100")).is_ok());
+    let route = MINIMAL.replace(
+        "spec:\n",
+        "spec:\n  filter:\n    expression: \"true\"\n    onMismatch: route\n    routeTo: elsewhere\n",
+    );
+    let err = yaml_error(&route);
+    assert!(err.starts_with("spec.filter.routeTo: spec.filter.routeTo names no sink in spec.sinks"), "{err}");
+}

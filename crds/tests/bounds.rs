@@ -125,7 +125,12 @@ fn every_schema_bound_rejects_outside_and_accepts_at_the_limit() {
         let mut good = base.clone();
         place(&mut good, &bound.path, at.clone());
         if let Err(e) = validate_source_value(&good) {
-            let structural = e.violations().iter().find(|v| v.path == concrete && v.rule.is_none());
+            // At its length limit `spec.filter.expression` is 4096 a's: long enough, but no
+            // expression, which `validate::filter` says (not the schema).
+            let structural = e
+                .violations()
+                .iter()
+                .find(|v| v.path == concrete && v.rule.is_none() && !v.message.starts_with("uses \"a"));
             assert!(structural.is_none(), "{concrete} = {at} is at the limit yet rejected: {e}");
         }
     }

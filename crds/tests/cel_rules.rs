@@ -312,6 +312,37 @@ fn cases() -> Vec<Case> {
             valid: |v| spec(v)["deadLetterSink"]["name"] = json!("dead-2"),
             invalid: |v| spec(v)["deadLetterSink"]["name"] = json!("archive"),
         },
+        // --- filter ---
+        Case {
+            names: "spec.filter.routeTo names no sink in spec.sinks",
+            path: "spec.filter.routeTo",
+            valid: |v| {
+                spec(v)["filter"] = json!({"expression": "true", "onMismatch": "route", "routeTo": "web"})
+            },
+            invalid: |v| {
+                spec(v)["filter"] = json!({"expression": "true", "onMismatch": "route", "routeTo": "nowhere"})
+            },
+        },
+        Case {
+            names: "spec.filter.routeTo names the sink for onMismatch: route, and only for it",
+            path: "spec.filter.routeTo",
+            valid: |v| spec(v)["filter"] = json!({"expression": "true", "onMismatch": "delete"}),
+            invalid: |v| {
+                spec(v)["filter"] = json!({"expression": "true", "onMismatch": "delete", "routeTo": "web"})
+            },
+        },
+        Case {
+            names: "spec.filter.releaseDelaySeconds applies only to onMismatch: release",
+            path: "spec.filter.releaseDelaySeconds",
+            valid: |v| {
+                spec(v)["filter"] =
+                    json!({"expression": "true", "onMismatch": "release", "releaseDelaySeconds": 30})
+            },
+            invalid: |v| {
+                spec(v)["filter"] =
+                    json!({"expression": "true", "onMismatch": "delete", "releaseDelaySeconds": 30})
+            },
+        },
         // --- replay ---
         Case {
             names: "spec.replay.id must be lowercase",

@@ -75,6 +75,7 @@ pub fn validate<'a>(
     check_delivery(source, &mut problems);
     check_sinks(source, &mut problems);
     check_scaling(source, &mut problems);
+    check_filter(source, &mut problems);
     crate::pod_checks::check(source, &mut problems);
 
     let image = spec.reader.image.as_deref().or(default_image).map(str::trim).filter(|i| !i.is_empty());
@@ -393,6 +394,14 @@ fn check_sinks(source: &SqsSource, problems: &mut Vec<Problem>) {
     // Every spelling of the source's own queue, not only the equal URLs the CEL rules compare.
     for found in sluice_crds::validate::self_loops(spec) {
         problems.push(Problem::new(SELF_LOOP, found.field.clone(), found.message()));
+    }
+}
+
+/// `spec.filter`: an expression that does not compile (or names an unknown variable or function)
+/// would have every reader exit at start; the apiserver cannot compile it, so it is said here.
+fn check_filter(source: &SqsSource, problems: &mut Vec<Problem>) {
+    if let Some(violation) = sluice_crds::validate::filter::check(&source.spec) {
+        problems.push(Problem::new("FilterInvalid", violation.path.clone(), violation.to_string()));
     }
 }
 

@@ -98,6 +98,8 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
             s.spec.sinks[0].route = Some(sluice_crds::RouteSpec { attribute: "kind".into(), values: vec![] });
         }),
         ("ScalingInvalid", |s| s.spec.scaling.max_replicas = 0),
+        ("FilterInvalid", |s| s.spec.filter = Some(filter("atributes.kind == 'a'", None))),
+        ("FilterInvalid", |s| s.spec.filter = Some(filter("attributes.kind == 'a'", Some("nowhere")))),
         ("NameTooLong", |s| s.metadata.name = Some("x".repeat(64))),
         // Caught only by the CRD schema and CEL rules, which the reader applies too.
         ("SchemaViolated", |s| s.spec.delivery.retry.max_attempts = 101),
@@ -189,4 +191,15 @@ fn each_self_loop_form_is_refused_naming_the_field() {
     let mut source = fixtures::source(fixtures::BASIC);
     forward(&mut source, "https://sqs.us-east-1.amazonaws.com/123456789012/orders-out", None);
     assert!(validate(&source, Some("img")).is_ok());
+}
+
+fn filter(expression: &str, route_to: Option<&str>) -> sluice_crds::FilterSpec {
+    let on_mismatch =
+        if route_to.is_some() { sluice_crds::FilterFate::Route } else { sluice_crds::FilterFate::Delete };
+    sluice_crds::FilterSpec {
+        expression: expression.into(),
+        on_mismatch,
+        route_to: route_to.map(Into::into),
+        release_delay_seconds: None,
+    }
 }

@@ -19,6 +19,7 @@ pub fn full() -> Value {
         "metadata": {"name": "full", "namespace": "default"},
         "spec": {
             "queues": [{"url": queue_url("orders"), "endpoint": LOCALSTACK, "region": "us-east-1", "weight": 2}],
+            "filter": {"expression": "attributes.kind == 'order' && body.total > 100", "onMismatch": "delete"},
             "replay": {
                 "id": "after-incident-42", "ratePerSecond": 50, "deadLetteredAfter": "2026-12-02T13:00:00Z",
                 "deadLetteredBefore": "2026-12-02T14:00:00Z", "reasonContains": "HTTP 400"

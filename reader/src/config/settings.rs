@@ -116,6 +116,10 @@ impl Settings {
             let detail = message.strip_prefix(&format!("{} ", found.field)).unwrap_or(&message);
             return Err(Error::config(found.field.clone(), detail.to_owned()));
         }
+        // `spec.filter`: an expression that would fail on every message is refused at start.
+        if let Some(found) = sluice_crds::validate::filter::check(spec) {
+            return Err(Error::config(found.path, found.message));
+        }
         let queues = spec.queues.iter().enumerate().map(queue).collect::<Result<Vec<_>>>()?;
         let receive = receive(spec)?;
         let rate = rate(spec)?;

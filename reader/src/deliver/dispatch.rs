@@ -45,6 +45,15 @@ pub enum Verdict {
 pub struct Item {
     pub record: Arc<Record>,
     pub poison: Option<String>,
+    /// The one sink (index into `spec.sinks`) that takes it whatever the routes: a message
+    /// `spec.filter` did not match, with `onMismatch: route`. `None`: the routes decide.
+    pub to: Option<usize>,
+}
+
+impl Item {
+    pub fn new(record: Record, poison: Option<String>) -> Self {
+        Self { record: Arc::new(record), poison, to: None }
+    }
 }
 
 /// The sinks' answers for one record, combined. A rejection wins (retrying cannot help, so the
@@ -71,6 +80,8 @@ pub struct Dispatcher {
     sinks: Sinks,
     fail_on_error: bool,
     metrics: Arc<Metrics>,
+    /// `spec.filter.routeTo`: the sink that takes only the messages the filter turned away.
+    diverted: Option<usize>,
 }
 
 impl Dispatcher {
@@ -83,7 +94,25 @@ impl Dispatcher {
         if let Some(stats) = sinks.dead_letter.as_ref().and_then(|d| d.sink().stats()) {
             metrics.watch_sink(sinks.dead_letter.as_ref().map_or("", |d| d.sink().name()), stats);
         }
-        Self { sinks, fail_on_error, metrics }
+        Self { sinks, fail_on_error, metrics, diverted: None }
+    }
+
+    /// Keep sink `sink` for the messages `spec.filter` turns away with `onMismatch: route`
+    /// (marked with [`Item::to`]): a matching message skips it whatever its route.
+    pub fn divert_to(self, sink: Option<usize>) -> Self {
+        Self { diverted: sink, ..self }
+    }
+
+    /// Indexes of the sinks that take `item`.
+    fn targets(&self, item: &Item) -> Vec<usize> {
+        match item.to {
+            Some(sink) => vec![sink],
+            None => {
+                let mut targets = self.sinks.targets(&item.record);
+                targets.retain(|&s| Some(s) != self.diverted);
+                targets
+            }
+        }
     }
 
     pub fn sinks(&self) -> &Sinks {
@@ -92,7 +121,7 @@ impl Dispatcher {
 
     /// The names of the sinks `items` go to (their circuits decide when a held delivery goes).
     pub fn target_names<'a>(&self, items: impl IntoIterator<Item = &'a Item>) -> Vec<String> {
-        let mut targets: Vec<usize> = items.into_iter().flat_map(|i| self.sinks.targets(&i.record)).collect();
+        let mut targets: Vec<usize> = items.into_iter().flat_map(|i| self.targets(i)).collect();
         targets.sort_unstable();
         targets.dedup();
         targets.into_iter().map(|s| self.sinks.sinks[s].sink.name().to_owned()).collect()
@@ -161,8 +190,7 @@ impl Dispatcher {
     /// Whether `item` can be settled on its own: poison (only the dead-letter sink sees it), or
     /// every sink that takes it sends one request per record.
     fn alone(&self, item: &Item) -> bool {
-        item.poison.is_some()
-            || self.sinks.targets(&item.record).into_iter().all(|s| self.sinks.sinks[s].sink.per_record())
+        item.poison.is_some() || self.targets(item).into_iter().all(|s| self.sinks.sinks[s].sink.per_record())
     }
 
     async fn dispatch_fifo(&self, items: &[Item], spans: &[Span]) -> Vec<Verdict> {
@@ -271,7 +299,7 @@ impl Dispatcher {
             match &item.poison {
                 Some(reason) => outcomes[i].push(Outcome::Rejected { reason: reason.clone() }),
                 None => {
-                    for s in self.sinks.targets(&item.record) {
+                    for s in self.targets(item) {
                         let sink = &self.sinks.sinks[s].sink;
                         match &item.record.object {
                             Some(object) if !sink.streams_objects() => {

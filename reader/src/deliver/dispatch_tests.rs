@@ -59,11 +59,11 @@ fn item(id: &str, body: &str, group: Option<&str>) -> Item {
     let mut r = record(id);
     r.body = bytes::Bytes::from(body.to_owned());
     r.group_id = group.map(str::to_owned);
-    Item { record: Arc::new(r), poison: None }
+    Item::new(r, None)
 }
 
 fn poison(id: &str) -> Item {
-    Item { record: Arc::new(record(id)), poison: Some("payload is not valid JSON".into()) }
+    Item::new(record(id), Some("payload is not valid JSON".into()))
 }
 
 fn dispatcher(sink: Arc<Scripted>, dead_letter: Option<Arc<Scripted>>, fail_on_error: bool) -> Dispatcher {
@@ -180,7 +180,7 @@ async fn routes_pick_the_sinks_and_every_target_must_deliver() {
     let dispatcher = Dispatcher::new(sinks, false, metrics.clone());
     let mut order = record("o");
     order.message_attributes.insert("kind".into(), "order".into());
-    let items = [Item { record: Arc::new(order), poison: None }, item("x", "ok", None)];
+    let items = [Item::new(order, None), item("x", "ok", None)];
     assert_eq!(dispatcher.dispatch(&items, false).await, vec![Verdict::Delete, Verdict::Delete]);
     assert_eq!(all.seen(), vec!["o", "x"]);
     assert_eq!(orders.seen(), vec!["o"]);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use sluice_crds::PayloadFormat;
 
+use super::filtering::FilterStage;
 use super::limiter::Limiter;
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
@@ -32,6 +33,8 @@ pub struct Intake {
     /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
     /// is resolved).
     pub resolver: Option<Arc<Resolver>>,
+    /// `spec.filter`, compiled (absent: every message is taken).
+    pub filter: Option<Arc<FilterStage>>,
     pub metrics: Arc<Metrics>,
     pub stop: Stop,
 }

@@ -4,6 +4,8 @@
 pub mod bound;
 pub mod context;
 pub mod decode;
+pub mod filter;
+pub mod filtering;
 pub mod limiter;
 pub mod pacing;
 pub mod poller;

@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use super::context::Intake;
 use super::decode::{Decoded, decode};
+use super::filtering::mark_routes;
 use super::receive::{random_attempt_id, receive_once};
 use super::window::{Quiet, Turn as WindowTurn};
 use crate::deliver::dispatch::{Item, Verdict};
@@ -118,6 +119,9 @@ impl Poller {
 
     async fn poll(self) {
         self.intake.metrics.declare_queue(&self.intake.queue.url);
+        if self.intake.filter.is_some() {
+            self.intake.metrics.filter.declare(&self.intake.queue.url);
+        }
         let backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
         let mut retry = Retry { backoff, attempt_id: None, resume_at: None, turn: None, waited: false };
         while !self.retire.is_cancelled() {
@@ -303,9 +307,10 @@ impl Poller {
         true
     }
 
-    /// Admit the messages to the ledger and decode them. The gate sorts them first (under
-    /// exactlyOnce a redelivery of an acked message is not delivered again): only those it
-    /// returns are tagged and delivered.
+    /// Admit the messages to the ledger, decode them and judge them by `spec.filter`
+    /// (`intake::filtering`: a mismatch is settled here, or marked for its route sink). The gate
+    /// sorts them first (under exactlyOnce a redelivery of an acked message is not delivered
+    /// again): only those it returns are tagged and delivered.
     async fn take_in(&self, messages: Vec<Message>) -> (Vec<Ticket>, Vec<Item>) {
         let metrics = &self.intake.metrics;
         let usable: Vec<Message> = messages
@@ -346,13 +351,20 @@ impl Poller {
             record.incarnation = tag.incarnation;
             decoded.push((ticket, record, poison));
         }
-        let Some(resolver) = &self.intake.resolver else {
-            return decoded
-                .into_iter()
-                .map(|(ticket, record, poison)| (ticket, Item { record: Arc::new(record), poison }))
-                .unzip();
+        // `spec.filter`: before any payload is fetched (a message turned away costs no GetObject).
+        let (decoded, routed) = match &self.intake.filter {
+            Some(filter) => filter.apply(&self.intake, decoded),
+            None => (decoded, Vec::new()),
         };
-        self.resolve(resolver, decoded).await
+        let (tickets, mut items) = match &self.intake.resolver {
+            None => decoded
+                .into_iter()
+                .map(|(ticket, record, poison)| (ticket, Item::new(record, poison)))
+                .unzip(),
+            Some(resolver) => self.resolve(resolver, decoded).await,
+        };
+        mark_routes(&tickets, &mut items, &routed);
+        (tickets, items)
     }
 
     /// Fetch the payloads S3 notifications and Extended Client pointers name. A fetch that fails
@@ -395,24 +407,20 @@ impl Poller {
                 Ok((resolution, _)) => resolution,
                 Err((record, reason)) => {
                     tickets.push(ticket);
-                    items.push(Item { record: Arc::new(record), poison: Some(reason) });
+                    items.push(Item::new(record, Some(reason)));
                     continue;
                 }
             };
             let (item, settle) = match resolution {
-                Resolution::Deliver(record) => (Item { record: Arc::new(record), poison: None }, None),
+                Resolution::Deliver(record) => (Item::new(record, None), None),
                 Resolution::Poison(record, reason) => {
                     metrics.fault(Fault::UnreadableObject);
                     crate::payload::warn("unreadable", &reason);
-                    (Item { record: Arc::new(record), poison: Some(reason) }, None)
+                    (Item::new(record, Some(reason)), None)
                 }
-                Resolution::Acknowledge(record) => {
-                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Delete))
-                }
+                Resolution::Acknowledge(record) => (Item::new(record, None), Some(Verdict::Delete)),
                 // Held until the reader stopped (or nearly SQS's visibility cap): `hold` said so.
-                Resolution::Release(record, _) => {
-                    (Item { record: Arc::new(record), poison: None }, Some(Verdict::Release))
-                }
+                Resolution::Release(record, _) => (Item::new(record, None), Some(Verdict::Release)),
             };
             match settle {
                 Some(verdict) => self.intake.pipeline.settle(&[ticket], &[verdict], &[item]),

@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::process::events::Fault;
 use crate::process::fetch_stats::FetchStats;
+use crate::process::filter_metrics::FilterMetrics;
 use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
 
@@ -108,6 +109,8 @@ pub struct Metrics {
     pub rate_limit_bytes: Gauge,
     pub held: HeldMetrics,
     pub payload: PayloadMetrics,
+    /// `spec.filter`: matched, the fates of mismatches, failed evaluations, evaluation time.
+    pub filter: FilterMetrics,
     /// Span batches the OTLP exporter dropped after its retries (see [`Metrics::watch_otlp_export`]).
     otlp_export_failures: Counter,
 }
@@ -158,12 +161,14 @@ impl Metrics {
             rate_limit_bytes: Gauge::default(),
             held: HeldMetrics::default(),
             payload: PayloadMetrics::default(),
+            filter: FilterMetrics::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
         };
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION") }).set(1);
         m.register(&mut registry);
         m.payload.register(&mut registry);
+        m.filter.register(&mut registry);
         Self { registry, ..m }
     }
 

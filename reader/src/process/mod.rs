@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod error;
 pub mod events;
 pub mod fetch_stats;
+pub mod filter_metrics;
 pub mod metrics;
 pub mod runtime;
 pub mod signals;

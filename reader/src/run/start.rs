@@ -18,6 +18,7 @@ use crate::deliver::dispatch::Dispatcher;
 use crate::exactly_once::{Driver, EpochGate, EpochWorker};
 use crate::intake::bound::Rule;
 use crate::intake::context::Intake;
+use crate::intake::filtering::FilterStage;
 use crate::intake::limiter::{self, Limiter};
 use crate::intake::pacing;
 use crate::intake::poller_count::Bounds;
@@ -94,7 +95,9 @@ pub async fn start(
         Some((driver, _)) => Arc::new(EpochGate::new(driver.clone(), metrics.clone())),
     };
     let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
-    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone());
+    let filter = filter_stage(settings, &sinks)?;
+    let diverted = filter.as_ref().and_then(|f| f.route_to());
+    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()).divert_to(diverted);
     let window = settings.receive.batch_window;
     let acker = Acker::spawn_lingering(queues.clone(), ledger.clone(), metrics.clone(), objects, window);
     let pipeline = Arc::new(Pipeline::new(
@@ -116,7 +119,7 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone(), metrics.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, resolver, stop);
+    let pollers = spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, (resolver, filter), stop);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -125,6 +128,13 @@ pub async fn start(
         coordination_stop,
         metrics,
     }))
+}
+
+/// `spec.filter`, compiled once for every poller (absent: none).
+fn filter_stage(settings: &Settings, sinks: &Sinks) -> Result<Option<Arc<FilterStage>>> {
+    let Some(spec) = &settings.spec.filter else { return Ok(None) };
+    let names: Vec<&str> = sinks.sinks.iter().map(|s| s.sink.name()).collect();
+    Ok(Some(Arc::new(FilterStage::new(spec, &names)?)))
 }
 
 /// Where records go and what they need on the way.
@@ -199,7 +209,7 @@ fn spawn_pollers(
     pipeline: &Arc<Pipeline>,
     metrics: &Arc<Metrics>,
     limiter: Arc<Limiter>,
-    resolver: Option<Arc<Resolver>>,
+    (resolver, filter): (Option<Arc<Resolver>>, Option<Arc<FilterStage>>),
     stop: &Stop,
 ) -> JoinSet<()> {
     let batch = settings.receive.max_messages as usize;
@@ -216,6 +226,7 @@ fn spawn_pollers(
             held: held.clone(),
             pipeline: pipeline.clone(),
             resolver: resolver.clone(),
+            filter: filter.clone(),
             metrics: metrics.clone(),
             stop: stop.clone(),
         };

@@ -129,6 +129,13 @@ impl Acker {
         let _ = self.tx.send(Command::Settle(Kind::Release { after_secs }, ticket, receipt));
     }
 
+    /// Give back a message after `after` (whole seconds, at most SQS's 12 h): a message
+    /// `spec.filter` released, whose delay the pipeline chose.
+    pub fn release_after(&self, ticket: Ticket, receipt: Receipt, after: Duration) {
+        let after_secs = i32::try_from(after.as_secs().min(43_200)).unwrap_or(43_200);
+        let _ = self.tx.send(Command::Settle(Kind::Release { after_secs }, ticket, receipt));
+    }
+
     /// Delete these receipts at once (batched by queue, retried like every delete) and answer the
     /// tickets whose delete SQS confirmed. Empty if the acker is closed.
     pub async fn delete_confirmed(&self, batch: Vec<(Ticket, Receipt)>) -> Vec<Ticket> {

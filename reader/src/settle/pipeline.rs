@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use super::acker::Acker;
 use super::gate::Gate;
 use super::held::Claim;
-use super::ledger::{Ledger, Tag, Ticket};
+use super::ledger::{Ledger, Tag, Ticket, redelivery_delay};
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
 use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
@@ -296,6 +296,23 @@ impl Pipeline {
         for item in items {
             self.settled(item, false);
         }
+    }
+
+    /// A message `spec.filter` turned away with `onMismatch: release`, for another consumer:
+    /// visible again after `floor` or the redelivery delay for its receive count, whichever is
+    /// longer, so a message no reader takes never spins between receives (at once when the
+    /// reader is stopping, as every hand-back). Tagged ones are settled as not delivered.
+    pub fn release_unwanted(&self, ticket: Ticket, item: &Item, floor: Duration) {
+        let receipt = self.lock_ledger().release(ticket);
+        if let Some(receipt) = receipt {
+            if self.stop.token().is_cancelled() {
+                self.acker.release(ticket, receipt);
+            } else {
+                let delay = floor.max(redelivery_delay(item.record.receive_count));
+                self.acker.release_after(ticket, receipt, delay);
+            }
+        }
+        self.settled(item, false);
     }
 
     fn settled(&self, item: &Item, delivered: bool) {
