@@ -167,6 +167,11 @@ impl SourceYaml {
         self.set("reader", "terminationGracePeriodSeconds", seconds)
     }
 
+    /// `spec.filter`: `expression`, with `onMismatch: delete`.
+    pub fn filter_deleting(self, expression: &str) -> Self {
+        self.set("filter", "expression", expression).set("filter", "onMismatch", "delete")
+    }
+
     /// The manifest as YAML. Panics if it does not parse as an SqsSource: a test built it wrong.
     pub fn yaml(&self) -> String {
         let yaml = serde_yaml::to_string(&self.doc).expect("a JSON tree renders as YAML");

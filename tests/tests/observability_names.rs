@@ -39,13 +39,16 @@ fn repo_file(path: &str) -> Result<String> {
     std::fs::read_to_string(&full).with_context(|| format!("reading {}", full.display()))
 }
 
-/// One exactlyOnce reader (so the checkpoint families have series) into the HTTP sink.
+/// One exactlyOnce reader (so the checkpoint families have series) into the HTTP sink, with a
+/// filter every message matches (so the filter's families have series).
 fn source(queue: &TestQueue, endpoint: &str, sink: &str) -> SourceYaml {
     SourceYaml::new(SOURCE, &queue.url, endpoint)
         .visibility_timeout(30)
         .exactly_once(1)
         .sink("webhook", Sink::http(sink).timeout_ms(2000))
         .replicas(1, 1)
+        // Every message matches: the filter's series exist and delivery is as without it.
+        .filter_deleting("size(messageId) > 0")
 }
 
 /// A metric a query names, and the labels it matches on or aggregates by.
