@@ -12,6 +12,9 @@
 //!   consumer, which this test then is: it drains exactly those 750, none lost.
 //! - `route`: the 250 matches reach one sink, the 750 others a second (`routeTo`) sink only.
 //!
+//! And `delete` once more under exactlyOnce, where a deleted mismatch is settled like a message
+//! delivered to no sink and deleted with its epoch's commit: the queue still ends empty.
+//!
 //! Counts are printed and checked exactly, against the sinks' own distinct message ids and the
 //! queue, not the reader's word; the reader's filter metrics are printed beside them.
 
@@ -140,32 +143,34 @@ fn only_matching(what: &str, sink: &SinkServer) -> Result<()> {
     Ok(())
 }
 
-async fn delete_run(endpoint: &str) -> Result<()> {
-    let queue = TestQueue::create(&sqs_client(endpoint), "filter-delete", false).await?;
+/// `exactly_once`: the same under `guarantee: exactlyOnce` (1 s epochs, the standalone reader's own
+/// coordinator), where a deleted mismatch is held for its epoch and deleted when it commits.
+async fn delete_run(endpoint: &str, exactly_once: bool) -> Result<()> {
+    let (what, name) =
+        if exactly_once { ("delete, exactlyOnce", "filter-delete-eo") } else { ("delete", "filter-delete") };
+    let queue = TestQueue::create(&sqs_client(endpoint), name, false).await?;
     send_mixed(&queue).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let yaml = source_yaml(
-        "filter-delete",
-        &queue,
-        endpoint,
-        "    onMismatch: delete\n",
-        &[("matches", sink.url())],
-    );
+    let mut yaml =
+        source_yaml(name, &queue, endpoint, "    onMismatch: delete\n", &[("matches", sink.url())]);
+    if exactly_once {
+        yaml.push_str("  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n");
+    }
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     wait_filtered(&reader, "deleted", MESSAGES - MATCHING).await?;
-    wait_empty(&queue).await?;
+    wait_empty(&queue).await.with_context(|| reader.log())?;
     let (matched, deleted, failed) =
         (filtered(&reader, "matched").await?, filtered(&reader, "deleted").await?, errors(&reader).await?);
     println!(
-        "delete: {} delivered to the sink; reader: {matched} matched, {deleted} deleted ({failed} evaluation errors); 0 left in the queue",
+        "{what}: {} delivered to the sink; reader: {matched} matched, {deleted} deleted ({failed} evaluation errors); 0 left in the queue",
         sink.stats().distinct
     );
-    only_matching("delete", &sink)?;
+    only_matching(what, &sink)?;
     ensure!(
         (matched, deleted, failed) == (MATCHING, MESSAGES - MATCHING, MISSING_REGION),
-        "delete: counted {matched} matched, {deleted} deleted, {failed} errors"
+        "{what}: counted {matched} matched, {deleted} deleted, {failed} errors"
     );
     drop(reader);
     sink.stop().await?;
@@ -260,8 +265,9 @@ async fn route_run(endpoint: &str) -> Result<()> {
 async fn a_filter_delivers_matches_and_deletes_releases_or_routes_the_rest() -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
     let (deleted, released, routed) =
-        tokio::join!(delete_run(&endpoint), release_run(&endpoint), route_run(&endpoint));
+        tokio::join!(delete_run(&endpoint, false), release_run(&endpoint), route_run(&endpoint));
     deleted?;
     released?;
-    routed
+    routed?;
+    delete_run(&endpoint, true).await
 }
