@@ -114,14 +114,6 @@ impl Names {
                     self.variables.insert(name.clone());
                 }
             }
-            Expr::Call(call) => {
-                let operator = !call.func_name.starts_with(|c: char| c.is_ascii_alphabetic());
-                if !operator && !FUNCTIONS.contains(&call.func_name.as_str()) {
-                    self.functions.insert(call.func_name.clone());
-                }
-                call.target.iter().for_each(|t| self.walk(t, bound));
-                call.args.iter().for_each(|a| self.walk(a, bound));
-            }
             Expr::Comprehension(c) => {
                 self.walk(&c.iter_range, bound);
                 self.walk(&c.accu_init, bound);
@@ -134,28 +126,36 @@ impl Names {
                 }
                 bound.truncate(depth);
             }
-            Expr::List(list) => list.elements.iter().for_each(|e| self.walk(e, bound)),
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(field) => self.walk(&field.value, bound),
-                        EntryExpr::MapEntry(pair) => {
-                            self.walk(&pair.key, bound);
-                            self.walk(&pair.value, bound);
-                        }
+            other => {
+                if let Expr::Call(call) = other {
+                    let operator = !call.func_name.starts_with(|c: char| c.is_ascii_alphabetic());
+                    if !operator && !FUNCTIONS.contains(&call.func_name.as_str()) {
+                        self.functions.insert(call.func_name.clone());
                     }
                 }
+                children(node).into_iter().for_each(|child| self.walk(child, bound));
             }
-            Expr::Struct(s) => {
-                for entry in &s.entries {
-                    if let EntryExpr::StructField(field) = &entry.expr {
-                        self.walk(&field.value, bound);
-                    }
-                }
-            }
-            Expr::Select(select) => self.walk(&select.operand, bound),
-            Expr::Literal(_) | Expr::Unspecified => {}
         }
+    }
+}
+
+/// The expressions directly below `node`, in source order.
+pub fn children(node: &IdedExpr) -> Vec<&IdedExpr> {
+    match &node.expr {
+        Expr::Call(call) => call.target.iter().map(|t| &**t).chain(call.args.iter()).collect(),
+        Expr::Comprehension(c) => vec![&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result],
+        Expr::List(list) => list.elements.iter().collect(),
+        Expr::Map(map) => map.entries.iter().flat_map(|e| entry(&e.expr)).collect(),
+        Expr::Struct(s) => s.entries.iter().flat_map(|e| entry(&e.expr)).collect(),
+        Expr::Select(select) => vec![&*select.operand],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    }
+}
+
+fn entry(entry: &EntryExpr) -> Vec<&IdedExpr> {
+    match entry {
+        EntryExpr::StructField(field) => vec![&field.value],
+        EntryExpr::MapEntry(pair) => vec![&pair.key, &pair.value],
     }
 }
 

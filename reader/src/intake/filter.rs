@@ -3,15 +3,19 @@
 //! Pure: a record in, [`Judgement`] out; what becomes of a mismatch (delete, release, route) is
 //! carried out by `intake::filtering` through the pipeline's usual paths. The program is compiled
 //! once at start (`sluice_crds::validate::filter::compile`, which also refuses unknown names) and
-//! reused for every message; only the variables the expression names are built for a message, and
-//! a raw body is parsed as JSON only when the expression reads `body`.
+//! reused for every message; only the variables the expression names are built for a message, a
+//! raw body is parsed as JSON only when the expression reads `body`, and when it reads only named
+//! fields of it (`body.region`, `has(body.order)`) only those top-level fields become CEL values,
+//! not the whole document (most of the cost of a filter on the body; BENCHMARKS.md).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use cel::common::ast::{Expr, IdedExpr};
 use cel::objects::{Key, Map};
 use cel::{Context, ExecutionError, Program, Value};
 use sluice_crds::FilterSpec;
+use sluice_crds::validate::filter::children;
 
 use crate::record::{Payload, Record};
 
@@ -32,6 +36,9 @@ pub struct Filter {
     system: bool,
     message_id: bool,
     body: bool,
+    /// The top-level fields of a JSON body the expression selects, when it uses `body` in no
+    /// other way; `None`: the whole body.
+    body_fields: Option<BTreeSet<String>>,
 }
 
 impl Filter {
@@ -41,7 +48,8 @@ impl Filter {
         let refs = program.references();
         let (attributes, system) = (refs.has_variable("attributes"), refs.has_variable("system"));
         let (message_id, body) = (refs.has_variable("messageId"), refs.has_variable("body"));
-        Ok(Self { program, attributes, system, message_id, body })
+        let body_fields = selected_fields(program.expression());
+        Ok(Self { program, attributes, system, message_id, body, body_fields })
     }
 
     /// Evaluate the expression on `record`.
@@ -58,7 +66,7 @@ impl Filter {
                 context.add_variable_from_value("messageId", record.message_id.as_str());
             }
             if self.body {
-                context.add_variable_from_value("body", body(record));
+                context.add_variable_from_value("body", body(record, self.body_fields.as_ref()));
             }
             match self.program.execute(&context) {
                 Ok(Value::Bool(true)) => Judgement::Match,
@@ -85,15 +93,60 @@ fn string_map(map: &BTreeMap<String, String>) -> Value {
 }
 
 /// The body as the expression sees it: parsed JSON (already parsed with `payload: json`), else
-/// the text (lossy for bytes that are not UTF-8, which SQS does not send).
-fn body(record: &Record) -> Value {
-    if let Payload::Json(value) = &record.payload {
-        return json(value);
+/// the text (lossy for bytes that are not UTF-8, which SQS does not send). `fields`: of a JSON
+/// object, only these top-level fields.
+fn body(record: &Record, fields: Option<&BTreeSet<String>>) -> Value {
+    let parsed;
+    let value = match &record.payload {
+        Payload::Json(value) => value,
+        Payload::Raw => match serde_json::from_slice::<serde_json::Value>(&record.body) {
+            Ok(value) => {
+                parsed = value;
+                &parsed
+            }
+            Err(_) => return Value::String(Arc::new(String::from_utf8_lossy(&record.body).into_owned())),
+        },
+    };
+    match (value, fields) {
+        (serde_json::Value::Object(object), Some(fields)) => {
+            let map: HashMap<Key, Value> = fields
+                .iter()
+                .filter_map(|f| object.get(f).map(|v| (Key::String(Arc::new(f.clone())), json(v))))
+                .collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+        _ => json(value),
     }
-    match serde_json::from_slice::<serde_json::Value>(&record.body) {
-        Ok(value) => json(&value),
-        Err(_) => Value::String(Arc::new(String::from_utf8_lossy(&record.body).into_owned())),
+}
+
+/// The fields selected directly on `body` (`body.x`, `has(body.x)`), or `None` when `body` is used
+/// in any other way (`size(body)`, `body['x']`, `body.startsWith(...)`, bound by a macro).
+fn selected_fields(root: &IdedExpr) -> Option<BTreeSet<String>> {
+    let mut fields = BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        match &node.expr {
+            Expr::Select(select) if matches!(&select.operand.expr, Expr::Ident(n) if n == "body") => {
+                fields.insert(select.field.clone());
+                continue;
+            }
+            Expr::Ident(name) if name == "body" => return None,
+            Expr::Comprehension(c) if c.iter_var == "body" || c.iter_var2.as_deref() == Some("body") => {
+                return None;
+            }
+            Expr::Call(call)
+                if call
+                    .target
+                    .as_deref()
+                    .is_some_and(|t| matches!(&t.expr, Expr::Ident(n) if n == "body")) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+        stack.extend(children(node));
     }
+    Some(fields)
 }
 
 fn json(value: &serde_json::Value) -> Value {
@@ -195,6 +248,26 @@ mod tests {
             panic!("a string is not a verdict");
         };
         assert_eq!(string, "gave a string, not true or false");
+    }
+
+    #[test]
+    fn only_the_selected_fields_of_a_body_are_built_and_the_answer_is_the_same() {
+        let fields = |e: &str| selected_fields(Program::compile(e).expect("parses").expression());
+        let names = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+        assert_eq!(
+            fields("body.region == 'eu' && has(body.order) && body.order.total > 1"),
+            names(&["order", "region"])
+        );
+        assert_eq!(fields("attributes.kind == 'a'"), names(&[]));
+        for whole in
+            ["size(body) > 1", "body['region'] == 'eu'", "body.startsWith('x')", "[1].exists(body, body > 0)"]
+        {
+            assert_eq!(fields(whole), None, "{whole}");
+        }
+        let f = filter("has(body.order) && body.order.items.exists(i, i.sku == 'A') && body.region == 'eu'");
+        let order = r#"{"region":"eu","order":{"items":[{"sku":"A"}]},"other":{"deep":[1,2,3]}}"#;
+        assert_eq!(f.judge(&message("x", order)), Judgement::Match);
+        assert_eq!(f.judge(&message("x", r#"{"region":"eu"}"#)), Judgement::Mismatch);
     }
 
     #[test]
