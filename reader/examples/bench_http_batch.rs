@@ -141,8 +141,17 @@ impl Mode {
     }
 }
 
-/// One run: (messages/s, sink-side CPU µs per message, requests).
-async fn run(mode: Mode, url: &str, receiver_stat: &str, args: &Args) -> (f64, f64, u64) {
+/// One run's figures.
+#[derive(Clone, Copy)]
+struct Figures {
+    rate: f64,
+    /// CPU µs per message of the sink side, and of the receiver.
+    cpu: f64,
+    receiver_cpu: f64,
+    requests: u64,
+}
+
+async fn run(mode: Mode, url: &str, receiver_stat: &str, args: &Args) -> Figures {
     let sink = mode.sink(url);
     let records: Arc<Vec<Arc<Record>>> = Arc::new((0..args.messages).map(record).collect());
     let next = Arc::new(AtomicUsize::new(0));
@@ -169,7 +178,13 @@ async fn run(mode: Mode, url: &str, receiver_stat: &str, args: &Args) -> (f64, f
     let receiver = cpu_seconds(receiver_stat) - receiver_before;
     let cpu = cpu_seconds("/proc/self/stat") - cpu_before - receiver;
     let requests = sink.stats().map_or(0, |s| s.requests());
-    (args.messages as f64 / took, cpu * 1e6 / args.messages as f64, requests)
+    let per_message = |seconds: f64| seconds * 1e6 / args.messages as f64;
+    Figures {
+        rate: args.messages as f64 / took,
+        cpu: per_message(cpu),
+        receiver_cpu: per_message(receiver),
+        requests,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -182,41 +197,44 @@ async fn main() {
     let args = Args::parse();
     let (url, receiver_stat) = start_receiver();
     let modes = [Mode::Binary, Mode::Batch(10), Mode::Batch(100)];
-    let mut results: Vec<Vec<(f64, f64, u64)>> = vec![Vec::new(); modes.len()];
+    let mut results: Vec<Vec<Figures>> = vec![Vec::new(); modes.len()];
     for round in 1..=args.rounds {
         for (m, mode) in modes.iter().enumerate() {
             let before = EVENTS.load(Ordering::Relaxed);
-            let result = run(*mode, &url, &receiver_stat, &args).await;
+            let f = run(*mode, &url, &receiver_stat, &args).await;
             let events = EVENTS.load(Ordering::Relaxed) - before;
             assert_eq!(events, args.messages as u64, "the receiver counted every event once");
             eprintln!(
-                "round {round}: {}: {:.0} msg/s, {:.1} µs CPU/msg, {} requests",
+                "round {round}: {}: {:.0} msg/s, {:.1} µs sink CPU/msg, {:.1} µs receiver CPU/msg, {} requests",
                 mode.name(),
-                result.0,
-                result.1,
-                result.2
+                f.rate,
+                f.cpu,
+                f.receiver_cpu,
+                f.requests
             );
-            results[m].push(result);
+            results[m].push(f);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    let binary_rate = median(results[0].iter().map(|r| r.0).collect());
-    let binary_cpu = median(results[0].iter().map(|r| r.1).collect());
+    let medians = |runs: &[Figures], pick: fn(&Figures) -> f64| median(runs.iter().map(pick).collect());
+    let (binary_rate, binary_cpu) = (medians(&results[0], |f| f.rate), medians(&results[0], |f| f.cpu));
     println!(
         "{} messages per run, {} pollers x 10, medians of {} rounds",
         args.messages, args.pollers, args.rounds
     );
-    println!("| mode | requests | messages/s | x binary | sink CPU µs/message | x binary |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| mode | requests | messages/s | x binary | sink CPU µs/message | x binary | receiver CPU µs/message |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (mode, runs) in modes.iter().zip(&results) {
-        let rate = median(runs.iter().map(|r| r.0).collect());
-        let cpu = median(runs.iter().map(|r| r.1).collect());
-        let requests = runs[0].2;
+        let (rate, cpu) = (medians(runs, |f| f.rate), medians(runs, |f| f.cpu));
         println!(
-            "| {} | {requests} | {rate:.0} | {:.2} | {cpu:.1} | {:.2} |",
+            "| {} | {} | {rate:.0} | {:.2} | {cpu:.1} | {:.2} | {:.1} |",
             mode.name(),
+            runs[0].requests,
             rate / binary_rate,
-            cpu / binary_cpu
+            cpu / binary_cpu,
+            medians(runs, |f| f.receiver_cpu),
         );
     }
 }

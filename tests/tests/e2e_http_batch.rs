@@ -7,7 +7,9 @@
 //! events (those whose `seq` ends in 2, 5 or 8) in a `batchItemFailures` answer, each with a
 //! reason of its own. What must hold, exactly: each of those is sent `maxAttempts` (3) times and
 //! then reaches the dead-letter queue carrying the receiver's reason in `sluice-dlq-reason`;
-//! each of the other 7 is sent once and never again; the source queue ends empty.
+//! each of the other 7 is sent once and never again; the source queue ends empty. The same run
+//! twice side by side, at-least-once and exactlyOnce (standalone, epochs of 1 s: a message is
+//! deleted only after the epoch holding it, and so the batches holding it, are done).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -60,7 +62,13 @@ async fn answer(State(seen): State<Receiver>, body: Bytes) -> impl IntoResponse 
     axum::Json(serde_json::json!({ "batchItemFailures": failures }))
 }
 
-fn source_yaml(queue: &TestQueue, dlq: &TestQueue, endpoint: &str, receiver: &str) -> String {
+fn source_yaml(
+    guarantee: &str,
+    queue: &TestQueue,
+    dlq: &TestQueue,
+    endpoint: &str,
+    receiver: &str,
+) -> String {
     format!(
         "apiVersion: sluice.dev/v1alpha1
 kind: SqsSource
@@ -73,6 +81,8 @@ spec:
   receive:
     waitTimeSeconds: 1
   delivery:
+    guarantee: {guarantee}
+    checkpointIntervalSeconds: 1
     retry:
       strategy: fixed
       maxAttempts: {MAX_ATTEMPTS}
@@ -119,14 +129,28 @@ async fn dead_letters(dlq: &TestQueue, n: usize) -> Result<BTreeMap<u64, String>
     Ok(found)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() -> Result<()> {
-    let endpoint = LocalStack::ensure().await?;
-    let sqs = sqs_client(&endpoint);
+/// What one run counted.
+#[derive(Debug)]
+struct Counts {
+    guarantee: &'static str,
+    failing: usize,
+    distinct: usize,
+    delivered_once: usize,
+    failed_thrice: usize,
+    dead: BTreeMap<u64, String>,
+    with_reason: usize,
+    batches: usize,
+    sends: usize,
+    largest: usize,
+    failing_seqs: Vec<u64>,
+}
+
+async fn run(endpoint: &str, guarantee: &'static str) -> Result<Counts> {
+    let sqs = sqs_client(endpoint);
     let queue = TestQueue::create(&sqs, "batch", false).await?;
     let dlq = TestQueue::create(&sqs, "batch-dlq", false).await?;
     let seqs = queue.send_batch(MESSAGES).await?;
-    let failing: Vec<u64> = seqs.iter().copied().filter(|&s| fails(s)).collect();
+    let failing_seqs: Vec<u64> = seqs.iter().copied().filter(|&s| fails(s)).collect();
 
     let seen: Receiver = Arc::default();
     let app = Router::new().route("/batch", axum::routing::post(answer)).with_state(seen.clone());
@@ -135,11 +159,11 @@ async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() ->
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let dir = tempfile::tempdir()?;
-    let reader = Reader::start(dir.path(), &source_yaml(&queue, &dlq, &endpoint, &url))?;
-    let dead = dead_letters(&dlq, failing.len()).await.with_context(|| reader.log())?;
+    let reader = Reader::start(dir.path(), &source_yaml(guarantee, &queue, &dlq, endpoint, &url))?;
+    let dead = dead_letters(&dlq, failing_seqs.len()).await.with_context(|| reader.log())?;
     until(WITHIN, Duration::from_millis(300), || async {
         let left = queue.approximate_counts().await?.total();
-        Ok(Check::met_if(left == 0, || format!("{left} messages left in the source queue")))
+        Ok(Check::met_if(left == 0, || format!("{guarantee}: {left} messages left in the source queue")))
     })
     .await
     .with_context(|| reader.log())?;
@@ -153,24 +177,48 @@ async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() ->
     for (seq, sends) in seen.sends.values() {
         *per_seq.entry(*seq).or_default() += sends;
     }
-    let delivered_once = per_seq.iter().filter(|(s, n)| !fails(**s) && **n == 1).count();
-    let failed_thrice = per_seq.iter().filter(|(s, n)| fails(**s) && **n == MAX_ATTEMPTS).count();
-    let with_reason = dead.iter().filter(|(s, r)| r.contains(&reason_for(**s))).count();
-    let largest = seen.batches.iter().max().copied().unwrap_or(0);
-    println!(
-        "{MESSAGES} messages in {} batch requests (largest {largest} events), {} event sends: {delivered_once} of {} passing events sent exactly once, {failed_thrice} of {} failing events sent exactly {MAX_ATTEMPTS} times; {} dead letters, {with_reason} carrying the receiver's reason",
-        seen.batches.len(),
-        seen.batches.iter().sum::<usize>(),
-        MESSAGES - failing.len(),
-        failing.len(),
-        dead.len(),
-    );
-    ensure!(failing.len() == 30, "3 of every 10 of {MESSAGES} fail: {}", failing.len());
-    ensure!(per_seq.len() == MESSAGES, "the receiver saw {} distinct seqs", per_seq.len());
-    ensure!(delivered_once == MESSAGES - failing.len(), "sends per seq: {per_seq:?}");
-    ensure!(failed_thrice == failing.len(), "sends per seq: {per_seq:?}");
-    ensure!(dead.keys().copied().collect::<Vec<_>>() == failing, "dead-lettered seqs: {dead:?}");
-    ensure!(with_reason == failing.len(), "dead-letter reasons: {dead:?}");
-    ensure!(largest <= 10, "a batch of {largest} events, above maxEvents 10");
+    Ok(Counts {
+        guarantee,
+        failing: failing_seqs.len(),
+        distinct: per_seq.len(),
+        delivered_once: per_seq.iter().filter(|(s, n)| !fails(**s) && **n == 1).count(),
+        failed_thrice: per_seq.iter().filter(|(s, n)| fails(**s) && **n == MAX_ATTEMPTS).count(),
+        with_reason: dead.iter().filter(|(s, r)| r.contains(&reason_for(**s))).count(),
+        dead,
+        batches: seen.batches.len(),
+        sends: seen.batches.iter().sum(),
+        largest: seen.batches.iter().max().copied().unwrap_or(0),
+        failing_seqs,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let (at_least_once, exactly_once) =
+        tokio::join!(run(&endpoint, "atLeastOnce"), run(&endpoint, "exactlyOnce"));
+    for c in [at_least_once?, exactly_once?] {
+        println!(
+            "{}: {MESSAGES} messages in {} batch requests (largest {} events), {} event sends: {} of {} passing events sent exactly once, {} of {} failing events sent exactly {MAX_ATTEMPTS} times; {} dead letters, {} carrying the receiver's reason",
+            c.guarantee,
+            c.batches,
+            c.largest,
+            c.sends,
+            c.delivered_once,
+            MESSAGES - c.failing,
+            c.failed_thrice,
+            c.failing,
+            c.dead.len(),
+            c.with_reason,
+        );
+        ensure!(c.failing == 30, "{}: 3 of every 10 of {MESSAGES} fail: {}", c.guarantee, c.failing);
+        ensure!(c.distinct == MESSAGES, "{c:?}: the receiver saw {} distinct seqs", c.distinct);
+        ensure!(c.delivered_once == MESSAGES - c.failing, "{c:?}");
+        ensure!(c.failed_thrice == c.failing, "{c:?}");
+        ensure!(c.sends == MESSAGES - c.failing + MAX_ATTEMPTS * c.failing, "{c:?}");
+        ensure!(c.dead.keys().copied().collect::<Vec<_>>() == c.failing_seqs, "{c:?}");
+        ensure!(c.with_reason == c.failing, "{c:?}");
+        ensure!(c.largest <= 10, "{c:?}: a batch above maxEvents 10");
+    }
     Ok(())
 }
