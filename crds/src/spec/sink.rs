@@ -79,7 +79,7 @@ pub struct HttpSinkSpec {
     /// Send events in batches: one POST of `application/cloudevents-batch+json` (a JSON array
     /// of structured-mode CloudEvents) carries up to `maxEvents`. The receiver answers 2xx for
     /// all, or names the failed events in `{"batchItemFailures":[{"itemIdentifier":"<id>"}]}`
-    /// (the README's HTTP sink section). Absent: one binary-mode POST per message.
+    /// (docs/http-batch.md). Absent: one binary-mode POST per message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<HttpBatchSpec>,
 }

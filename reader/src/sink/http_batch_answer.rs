@@ -19,6 +19,9 @@
 
 use serde::Deserialize;
 
+/// The most of a receiver's reason kept: it travels in WARN lines and a dead-letter attribute.
+pub const MAX_REASON_CHARS: usize = 512;
+
 /// A failed event: its index in the batch and the receiver's reason.
 pub type FailedItem = (usize, String);
 
@@ -73,8 +76,12 @@ pub fn failed_items(
             )));
         };
         if failed.iter().all(|(i, _)| *i != index) {
-            let reason = item.reason.filter(|r| !r.trim().is_empty());
-            failed.push((index, reason.unwrap_or_else(|| "no reason given".to_owned())));
+            let mut reason =
+                item.reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "no reason given".to_owned());
+            if let Some((cut, _)) = reason.char_indices().nth(MAX_REASON_CHARS) {
+                reason.truncate(cut);
+            }
+            failed.push((index, reason));
         }
     }
     Ok(failed)
@@ -114,6 +121,9 @@ mod tests {
             {"itemIdentifier":"a"},{"itemIdentifier":"c","reason":"again"}]}"#;
         let failed = read(JSON, body).unwrap();
         assert_eq!(failed, vec![(2, "price missing".to_owned()), (0, "no reason given".to_owned())]);
+        let long =
+            format!(r#"{{"batchItemFailures":[{{"itemIdentifier":"a","reason":"{}"}}]}}"#, "é".repeat(600));
+        assert_eq!(read(JSON, &long).unwrap()[0].1.chars().count(), MAX_REASON_CHARS);
         let typed = read(
             Some("application/vnd.api+json; charset=utf-8"),
             r#" {"batchItemFailures":[{"itemIdentifier":"b"}]}"#,
