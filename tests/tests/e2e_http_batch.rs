@@ -22,6 +22,7 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use sluice_tests::localstack::{LocalStack, TestQueue, seq_of, sqs_client};
 use sluice_tests::poll::{Check, until};
+use sluice_tests::scrape::metric;
 use sluice_tests::standalone::Reader;
 
 const MESSAGES: usize = 100;
@@ -143,6 +144,9 @@ struct Counts {
     sends: usize,
     largest: usize,
     failing_seqs: Vec<u64>,
+    /// The reader's own `sink_batch_requests_total` and `sink_batch_failed_items_total`.
+    batch_requests_metric: f64,
+    failed_items_metric: f64,
 }
 
 async fn run(endpoint: &str, guarantee: &'static str) -> Result<Counts> {
@@ -167,6 +171,7 @@ async fn run(endpoint: &str, guarantee: &'static str) -> Result<Counts> {
     })
     .await
     .with_context(|| reader.log())?;
+    let metrics = reader.metrics().await?;
     // Stopped (SIGTERM, waited for): nothing can be sent after the counts below.
     drop(reader);
     queue.delete().await?;
@@ -189,6 +194,8 @@ async fn run(endpoint: &str, guarantee: &'static str) -> Result<Counts> {
         sends: seen.batches.iter().sum(),
         largest: seen.batches.iter().max().copied().unwrap_or(0),
         failing_seqs,
+        batch_requests_metric: metric(&metrics, "sluice_reader_sink_batch_requests_total").unwrap_or(0.0),
+        failed_items_metric: metric(&metrics, "sluice_reader_sink_batch_failed_items_total").unwrap_or(0.0),
     })
 }
 
@@ -199,7 +206,7 @@ async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() ->
         tokio::join!(run(&endpoint, "atLeastOnce"), run(&endpoint, "exactlyOnce"));
     for c in [at_least_once?, exactly_once?] {
         println!(
-            "{}: {MESSAGES} messages in {} batch requests (largest {} events), {} event sends: {} of {} passing events sent exactly once, {} of {} failing events sent exactly {MAX_ATTEMPTS} times; {} dead letters, {} carrying the receiver's reason",
+            "{}: {MESSAGES} messages in {} batch requests (largest {} events), {} event sends: {} of {} passing events sent exactly once, {} of {} failing events sent exactly {MAX_ATTEMPTS} times; {} dead letters, {} carrying the receiver's reason; the reader's metrics: {} batch requests, {} failed items",
             c.guarantee,
             c.batches,
             c.largest,
@@ -210,6 +217,8 @@ async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() ->
             c.failing,
             c.dead.len(),
             c.with_reason,
+            c.batch_requests_metric,
+            c.failed_items_metric,
         );
         ensure!(c.failing == 30, "{}: 3 of every 10 of {MESSAGES} fail: {}", c.guarantee, c.failing);
         ensure!(c.distinct == MESSAGES, "{c:?}: the receiver saw {} distinct seqs", c.distinct);
@@ -219,6 +228,8 @@ async fn failed_items_are_retried_then_dead_lettered_and_the_rest_sent_once() ->
         ensure!(c.dead.keys().copied().collect::<Vec<_>>() == c.failing_seqs, "{c:?}");
         ensure!(c.with_reason == c.failing, "{c:?}");
         ensure!(c.largest <= 10, "{c:?}: a batch above maxEvents 10");
+        ensure!(c.batch_requests_metric == c.batches as f64, "{c:?}: the reader counted other batches");
+        ensure!(c.failed_items_metric == (MAX_ATTEMPTS * c.failing) as f64, "{c:?}: failed items counted");
     }
     Ok(())
 }
