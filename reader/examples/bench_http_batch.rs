@@ -7,6 +7,8 @@
 //! cargo build --workspace --all-targets
 //! target/debug/examples/bench_http_batch                       # 20000 messages, 3 rounds
 //! target/debug/examples/bench_http_batch --messages 50000 --rounds 5
+//! cargo build --release --example bench_http_batch   # the release figures in BENCHMARKS.md
+//! target/release/examples/bench_http_batch --messages 200000 --rounds 3
 //! ```
 //!
 //! The sinks are the reader's own (`HttpSink`, `HttpBatchSink`), driven as the reader drives
