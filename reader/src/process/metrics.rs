@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::process::batch_metrics::BatchMetrics;
 use crate::process::events::Fault;
 use crate::process::fetch_stats::FetchStats;
 use crate::process::sink_stats::SinkStats;
@@ -108,6 +109,7 @@ pub struct Metrics {
     pub rate_limit_bytes: Gauge,
     pub held: HeldMetrics,
     pub payload: PayloadMetrics,
+    batches: BatchMetrics,
     /// Span batches the OTLP exporter dropped after its retries (see [`Metrics::watch_otlp_export`]).
     otlp_export_failures: Counter,
 }
@@ -158,12 +160,14 @@ impl Metrics {
             rate_limit_bytes: Gauge::default(),
             held: HeldMetrics::default(),
             payload: PayloadMetrics::default(),
+            batches: BatchMetrics::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
         };
         m.build_info.get_or_create(&BuildLabel { version: env!("CARGO_PKG_VERSION") }).set(1);
         m.register(&mut registry);
         m.payload.register(&mut registry);
+        m.batches.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -431,6 +435,7 @@ impl Metrics {
             counter.inc_by(stats.retries().saturating_sub(counter.get()));
             let packed = self.attributes_packed.get_or_create(&SinkLabel { sink: name.clone() });
             packed.inc_by(stats.packed().saturating_sub(packed.get()));
+            self.batches.refresh(name, &stats.batches);
         }
         self.payload.refresh();
         let mut text = String::new();
