@@ -36,7 +36,7 @@ pub use self::receive::{RateLimitSpec, ReceiveSpec};
 pub use self::replay::ReplaySpec;
 pub use self::scaling::ScalingSpec;
 pub use self::sink::{
-    HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
+    HttpBatchSpec, HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
 };
 pub use self::sink_secrets::{HttpSecretRefs, SecretHeader, SecretKeyRef};
 use crate::status::SqsSourceStatus;

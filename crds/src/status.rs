@@ -231,6 +231,13 @@ pub struct ReaderHeld {
     /// the autoscaler sizes the fleet with, under either guarantee). Default 0.
     #[serde(default)]
     pub drain_millis_per_second: u64,
+    /// What the reader costs: the AWS requests it made (every service and API, receives and
+    /// deletes included) per 1,000 messages it delivered, over its last 60 s. 200 is the floor
+    /// with full batches (one receive and one delete per ten messages); a quiet queue costs more
+    /// unless `spec.receive.batchWindowMilliseconds` lets the batches fill. Absent when nothing
+    /// was delivered in that time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_requests_per_thousand_messages: Option<u64>,
     /// The age of the oldest message the reader received in the interval, from its SentTimestamp
     /// to the receive, in milliseconds: how long the oldest waiting message had been in the queue.
     /// Absent when nothing was received in the interval.
@@ -256,6 +263,10 @@ pub struct HeldTotals {
     pub bytes: u64,
     /// The largest `heldMessages` of one reader.
     pub max_messages_per_reader: u64,
+    /// The readers' `awsRequestsPerThousandMessages`, weighted by their drain rates: what the
+    /// source pays per 1,000 messages. Absent when no reader reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_requests_per_thousand_messages: Option<u64>,
 }
 
 /// The data key of a reader's [`HeldReport`] in its lease ConfigMap.

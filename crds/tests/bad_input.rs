@@ -65,6 +65,20 @@ fn the_unready_time_is_bounded_and_defaults_to_a_minute() {
 }
 
 #[test]
+fn http_batch_mode_is_off_by_default_and_its_bounds_are_named() {
+    let http = MINIMAL.replace("      log: {}\n", "      http:\n        url: http://127.0.0.1:8080/events\n");
+    let source = parse_source_yaml(&http).expect("valid");
+    assert_eq!(source.spec.sinks[0].http.as_ref().expect("http").batch, None, "binary mode by default");
+    let defaults = parse_source_yaml(&format!("{http}        batch: {{}}\n")).expect("valid");
+    let batch = defaults.spec.sinks[0].http.as_ref().and_then(|h| h.batch.clone()).expect("batch");
+    assert_eq!((batch.max_events, batch.max_bytes, batch.max_wait_milliseconds), (10, 1 << 20, 50));
+    let text = format!("{http}        batch:\n          maxEvents: 101\n");
+    assert_eq!(yaml_error(&text), "spec.sinks[0].http.batch.maxEvents: must be <= 100 (got 101)");
+    let text = format!("{http}        batch:\n          maxWait: 10\n");
+    assert!(yaml_error(&text).starts_with("spec.sinks[0].http.batch.maxWait: unknown field"), "{text}");
+}
+
+#[test]
 fn an_unknown_field_is_named_with_its_path_and_a_suggestion() {
     let text = MINIMAL.replace("spec:\n", "spec:\n  receive:\n    maxMessage: 5\n");
     let err = yaml_error(&text);

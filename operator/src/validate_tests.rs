@@ -45,6 +45,21 @@ fn missing_image_is_a_problem_only_without_a_default() {
 }
 
 #[test]
+fn an_http_batch_out_of_bounds_is_one_problem_naming_its_field() {
+    let mut source = fixtures::source(fixtures::BASIC);
+    let sink: sluice_crds::SinkSpec = serde_json::from_value(serde_json::json!({
+        "name": "webhook",
+        "http": { "url": "http://127.0.0.1:8080/events", "batch": { "maxEvents": 101 } },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    source.spec.sinks = vec![sink];
+    let Err(problems) = validate(&source, Some("img")) else { panic!("maxEvents 101 accepted") };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].field, "spec.sinks[0].http.batch.maxEvents");
+    assert_eq!(problems[0].message, "spec.sinks[0].http.batch.maxEvents: must be <= 100 (got 101)");
+}
+
+#[test]
 fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
     type Edit = fn(&mut SqsSource);
     let cases: Vec<(&str, Edit)> = vec![

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use kube::Api;
 use sluice_crds::{ReaderHeld, SqsSource, SqsSourceStatus};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
@@ -48,7 +48,7 @@ async fn status(api: &Api<SqsSource>) -> Result<SqsSourceStatus> {
 fn line(r: &ReaderHeld) -> String {
     let ms = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v} ms"));
     format!(
-        "{}: held {} messages / {} bytes, bound {} / {} bytes, {} handed off, wait mean {} max {}",
+        "{}: held {} messages / {} bytes, bound {} / {} bytes, {} handed off, wait mean {} max {}, {} AWS requests per 1,000 messages",
         r.pod,
         r.held_messages,
         r.held_bytes,
@@ -56,7 +56,8 @@ fn line(r: &ReaderHeld) -> String {
         r.bound_bytes,
         r.handed_off,
         ms(r.wait_mean_milliseconds),
-        ms(r.wait_max_milliseconds)
+        ms(r.wait_max_milliseconds),
+        r.aws_requests_per_thousand_messages.map_or_else(|| "-".to_owned(), |c| c.to_string())
     )
 }
 
@@ -173,6 +174,17 @@ async fn a_slow_sink_shows_what_each_reader_holds_in_status_within_the_bound() -
             );
             for r in &s.readers {
                 println!("  {}", line(r));
+            }
+            // What the source costs: each reader's requests per delivered message over its last
+            // 60 s, which still covers the drain. A receive or a delete carries at most 10
+            // messages, so 200 per 1,000 is the floor; these partly filled batches of 4 cost more.
+            let cost = s.held.as_ref().and_then(|h| h.aws_requests_per_thousand_messages);
+            println!("status.held: {cost:?} AWS requests per 1,000 messages");
+            let cost = cost.context("status.held shows the source's requests per message after a drain")?;
+            assert!((200..5_000).contains(&cost), "requests per 1,000 messages {cost} outside 200..5000");
+            for r in &s.readers {
+                let own = r.aws_requests_per_thousand_messages;
+                assert!(own.is_some_and(|c| c >= 200), "{}: requests per 1,000 messages {own:?}", r.pod);
             }
             break;
         }

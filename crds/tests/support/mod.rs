@@ -49,6 +49,7 @@ pub fn full() -> Value {
                     "http": {
                         "url": "http://127.0.0.1:8080/events", "timeoutMs": 1000, "concurrency": 8,
                         "headers": {"x-team": "payments"}, "eventType": "com.example.order",
+                        "batch": {"maxEvents": 50, "maxBytes": 262144, "maxWaitMilliseconds": 20},
                         "secretRefs": {
                             "headers": [{"name": "Authorization", "secretKeyRef": {"name": "web-token", "key": "header"}}],
                             "caBundle": {"name": "web-ca", "key": "ca.pem"}

@@ -41,7 +41,26 @@ pub fn totals(readers: &[ReaderHeld]) -> Option<HeldTotals> {
         messages: readers.iter().map(|r| r.held_messages).sum(),
         bytes: readers.iter().map(|r| r.held_bytes).sum(),
         max_messages_per_reader: readers.iter().map(|r| r.held_messages).max().unwrap_or(0),
+        aws_requests_per_thousand_messages: cost(readers),
     })
+}
+
+/// The readers' requests per 1,000 messages, weighted by drain rate (a reader that drains more
+/// pays more of the bill); a plain mean when none reports a drain rate.
+fn cost(readers: &[ReaderHeld]) -> Option<u64> {
+    let costed: Vec<(u64, u64)> = readers
+        .iter()
+        .filter_map(|r| Some((r.aws_requests_per_thousand_messages?, r.drain_millis_per_second)))
+        .collect();
+    let weight: u64 = costed.iter().map(|(_, d)| d).sum();
+    if costed.is_empty() {
+        None
+    } else if weight == 0 {
+        Some(costed.iter().map(|(c, _)| c).sum::<u64>() / costed.len() as u64)
+    } else {
+        let weighted: u128 = costed.iter().map(|(c, d)| u128::from(*c) * u128::from(*d)).sum();
+        u64::try_from(weighted / u128::from(weight)).ok()
+    }
 }
 
 /// Whether the source's status already shows `readers`.
@@ -89,8 +108,24 @@ mod tests {
         let listed = readers(&leases, now, 2);
         let pods: Vec<_> = listed.iter().map(|r| r.pod.as_str()).collect();
         assert_eq!(pods, ["a", "b"]);
-        assert_eq!(totals(&listed), Some(HeldTotals { messages: 50, bytes: 0, max_messages_per_reader: 30 }));
+        let expected =
+            HeldTotals { messages: 50, bytes: 0, max_messages_per_reader: 30, ..HeldTotals::default() };
+        assert_eq!(totals(&listed), Some(expected));
         assert_eq!(totals(&[]), None);
         assert_eq!(apply_body(&[])["status"], json!({ "readers": [], "held": null }));
+    }
+
+    #[test]
+    fn the_source_cost_is_weighted_by_drain_rate() {
+        let reader = |cost: Option<u64>, drain: u64| ReaderHeld {
+            aws_requests_per_thousand_messages: cost,
+            drain_millis_per_second: drain,
+            ..ReaderHeld::default()
+        };
+        // 300 msg/s at 0.2 and 100 msg/s at 0.6: 0.3 per message for the source.
+        assert_eq!(cost(&[reader(Some(200), 300_000), reader(Some(600), 100_000)]), Some(300));
+        // Idle readers (no drain rate) and one that delivered nothing in its window.
+        assert_eq!(cost(&[reader(Some(200), 0), reader(Some(400), 0), reader(None, 0)]), Some(300));
+        assert_eq!(cost(&[reader(None, 5_000)]), None);
     }
 }

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::process::batch_metrics::BatchMetrics;
 use crate::process::events::Fault;
 use crate::process::fetch_stats::FetchStats;
 use crate::process::filter_metrics::FilterMetrics;
@@ -111,6 +112,7 @@ pub struct Metrics {
     pub payload: PayloadMetrics,
     /// `spec.filter`: matched, the fates of mismatches, failed evaluations, evaluation time.
     pub filter: FilterMetrics,
+    batches: BatchMetrics,
     /// Span batches the OTLP exporter dropped after its retries (see [`Metrics::watch_otlp_export`]).
     otlp_export_failures: Counter,
 }
@@ -162,6 +164,7 @@ impl Metrics {
             held: HeldMetrics::default(),
             payload: PayloadMetrics::default(),
             filter: FilterMetrics::default(),
+            batches: BatchMetrics::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
         };
@@ -169,6 +172,7 @@ impl Metrics {
         m.register(&mut registry);
         m.payload.register(&mut registry);
         m.filter.register(&mut registry);
+        m.batches.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -436,6 +440,7 @@ impl Metrics {
             counter.inc_by(stats.retries().saturating_sub(counter.get()));
             let packed = self.attributes_packed.get_or_create(&SinkLabel { sink: name.clone() });
             packed.inc_by(stats.packed().saturating_sub(packed.get()));
+            self.batches.refresh(name, &stats.batches);
         }
         self.payload.refresh();
         let mut text = String::new();

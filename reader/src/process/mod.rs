@@ -3,6 +3,8 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod batch_metrics;
+pub mod batch_stats;
 pub mod error;
 pub mod events;
 pub mod fetch_stats;

@@ -10,12 +10,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::process::batch_stats::BatchStats;
+
 #[derive(Debug, Default)]
 pub struct SinkStats {
     retries: AtomicU64,
     requests: AtomicU64,
     request_micros: AtomicU64,
     packed: AtomicU64,
+    /// Batch requests, their sizes and failed events (http sinks with `http.batch` only).
+    pub batches: BatchStats,
 }
 
 impl SinkStats {

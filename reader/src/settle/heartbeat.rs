@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::acker::BATCH;
 use super::gate::Gate;
+use super::held_report;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
+use crate::aws::requests::{PerMessage, requests_total};
 use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 
@@ -38,6 +40,9 @@ pub struct Heartbeat {
 const DRAIN_WINDOW: Duration = Duration::from_secs(10);
 /// The least busy time a drain rate is measured over; shorter, the reader reports none (0).
 const DRAIN_LEAST: Duration = Duration::from_secs(2);
+/// How far back the requests per delivered message in the report look: long enough that a
+/// batching window's deletes and a trickle's receives both land in it.
+const COST_WINDOW: Duration = Duration::from_secs(60);
 
 impl Heartbeat {
     /// Beat until `stop` is cancelled.
@@ -45,6 +50,7 @@ impl Heartbeat {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deletes: VecDeque<(std::time::Instant, u64)> = VecDeque::new();
+        let mut cost = PerMessage::new(COST_WINDOW);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -61,6 +67,7 @@ impl Heartbeat {
                 deletes.pop_front();
             }
             self.report(&deletes, now);
+            held_report::cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
         }
     }
 

@@ -37,6 +37,9 @@ struct Window {
 static HELD: Mutex<Option<Arc<Held>>> = Mutex::new(None);
 static WAIT: Mutex<Option<Window>> = Mutex::new(None);
 static DRAIN: AtomicU64 = AtomicU64::new(0);
+/// AWS requests per 1,000 delivered messages over the heartbeat's cost window; `u64::MAX`: none
+/// delivered in it.
+static COST: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn window<T>(f: impl FnOnce(&mut Window) -> T) -> T {
     f(WAIT.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Window::default))
@@ -45,6 +48,17 @@ fn window<T>(f: impl FnOnce(&mut Window) -> T) -> T {
 /// The heartbeat's drain rate, in thousandths of a message per second.
 pub fn drained(drain_millis_per_second: u64) {
     DRAIN.store(drain_millis_per_second, Ordering::Relaxed);
+}
+
+/// The heartbeat's requests per delivered message over its cost window (`None`: nothing was
+/// delivered in it).
+pub fn cost(requests_per_message: Option<f64>) {
+    let per_thousand = requests_per_message.map_or(u64::MAX, |r| (r * 1000.0).round() as u64);
+    COST.store(per_thousand, Ordering::Relaxed);
+}
+
+fn cost_per_thousand() -> Option<u64> {
+    Some(COST.load(Ordering::Relaxed)).filter(|c| *c != u64::MAX)
 }
 
 /// A batch was received at `now_ms`, its messages sent at `sent_ms` (the SentTimestamps known).
@@ -101,10 +115,19 @@ pub fn shape() -> Option<Shape> {
 pub fn report(pod: &str, now_ms: i64) -> Option<HeldReport> {
     let f = figures()?;
     let w = WAIT.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
-    Some(encode(pod, now_ms, f, DRAIN.load(Ordering::Relaxed), w))
+    let rates = Rates { drain: DRAIN.load(Ordering::Relaxed), cost: cost_per_thousand() };
+    Some(encode(pod, now_ms, f, rates, w))
 }
 
-fn encode(pod: &str, now_ms: i64, f: super::held::Figures, drain: u64, w: Window) -> HeldReport {
+/// The two rates the heartbeat measures: the drain rate (thousandths of a message per second)
+/// and the AWS requests per 1,000 delivered messages.
+#[derive(Clone, Copy)]
+struct Rates {
+    drain: u64,
+    cost: Option<u64>,
+}
+
+fn encode(pod: &str, now_ms: i64, f: super::held::Figures, rates: Rates, w: Window) -> HeldReport {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let waited = w.count > 0;
     HeldReport {
@@ -118,7 +141,8 @@ fn encode(pod: &str, now_ms: i64, f: super::held::Figures, drain: u64, w: Window
             handed_off: w.count,
             wait_mean_milliseconds: waited.then(|| millis(w.sum) / w.count),
             wait_max_milliseconds: waited.then(|| millis(w.max)),
-            drain_millis_per_second: drain,
+            drain_millis_per_second: rates.drain,
+            aws_requests_per_thousand_messages: rates.cost,
             oldest_age_milliseconds: w.oldest_age_ms,
             delivery_wait_p50_milliseconds: w.delivery_wait.quantile(0.5),
             delivery_wait_p99_milliseconds: w.delivery_wait.quantile(0.99),
@@ -151,19 +175,24 @@ mod tests {
         };
         w.delivery_wait.add(8, 3);
         w.delivery_wait.add(12, 1);
-        let json = serde_json::to_value(encode("orders-reader-a", 9, f, 2_500, w)).expect("json");
+        let json =
+            serde_json::to_value(encode("orders-reader-a", 9, f, Rates { drain: 2_500, cost: Some(204) }, w))
+                .expect("json");
         assert_eq!(
             json,
             serde_json::json!({
                 "reportedAtMs": 9, "pod": "orders-reader-a", "heldMessages": 12, "heldBytes": 1_200,
                 "boundMessages": 40, "boundBytes": 1_048_576, "handedOff": 4,
                 "waitMeanMilliseconds": 250, "waitMaxMilliseconds": 700,
-                "drainMillisPerSecond": 2_500, "oldestAgeMilliseconds": 4_000,
+                "drainMillisPerSecond": 2_500, "awsRequestsPerThousandMessages": 204,
+                "oldestAgeMilliseconds": 4_000,
                 "deliveryWaitP50Milliseconds": 8, "deliveryWaitP99Milliseconds": 12,
             })
         );
-        let idle = serde_json::to_value(encode("a", 9, f, 0, Window::default())).expect("json");
+        let idle = serde_json::to_value(encode("a", 9, f, Rates { drain: 0, cost: None }, Window::default()))
+            .expect("json");
         assert!(idle.get("waitMeanMilliseconds").is_none(), "no hand-off, no wait: {idle}");
         assert!(idle.get("oldestAgeMilliseconds").is_none(), "no receive, no age: {idle}");
+        assert!(idle.get("awsRequestsPerThousandMessages").is_none(), "none delivered: {idle}");
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::dead_letter::DeadLetter;
 use super::error::SinkBuildError;
 use super::http::HttpSink;
+use super::http_batch::HttpBatchSink;
 use super::log::LogSink;
 use super::retry::RetryPolicy;
 use super::s3::S3Sink;
@@ -44,7 +45,11 @@ pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBu
     }
     let sink: Arc<dyn Sink> = match (&spec.http, &spec.sqs, &spec.s3, &spec.log) {
         (Some(http), None, None, None) => {
-            Arc::new(HttpSink::new(name, http, policy)?.stopping(ctx.stopping.clone()))
+            let sink = HttpSink::new(name, http, policy)?.stopping(ctx.stopping.clone());
+            match &http.batch {
+                None => Arc::new(sink),
+                Some(batch) => Arc::new(HttpBatchSink::new(sink, batch)?),
+            }
         }
         (None, Some(sqs), None, None) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
         (None, None, Some(s3), None) => Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?),
@@ -159,6 +164,7 @@ mod tests {
             headers: Default::default(),
             event_type: "t".into(),
             secret_refs: None,
+            batch: None,
         };
         SinkSpec { http: Some(spec), ..sink(name) }
     }

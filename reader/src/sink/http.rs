@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, join_all};
 use reqwest::header::{CONTENT_LENGTH, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use reqwest::{Client, Url};
+use reqwest::{Client, StatusCode, Url};
 use sluice_crds::HttpSinkSpec;
 use sluice_protocol::now_ms;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -43,20 +43,22 @@ use crate::record::Record;
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).
 const REASON_BODY_BYTES: usize = 256;
 
+/// The fields are the batch mode's too (`http_batch`), which sends over the same client, under
+/// the same concurrency limit and retry policy.
 pub struct HttpSink {
-    name: String,
-    client: Client,
-    url: Url,
-    event_type: String,
-    extra_headers: HeaderMap,
+    pub(super) name: String,
+    pub(super) client: Client,
+    pub(super) url: Url,
+    pub(super) event_type: String,
+    pub(super) extra_headers: HeaderMap,
     /// Headers whose values come from mounted Secret files (`secretRefs.headers`).
-    secret_headers: Vec<SecretHeader>,
-    limit: Semaphore,
-    timeout: Duration,
-    policy: RetryPolicy,
-    stats: Arc<SinkStats>,
+    pub(super) secret_headers: Vec<SecretHeader>,
+    pub(super) limit: Arc<Semaphore>,
+    pub(super) timeout: Duration,
+    pub(super) policy: RetryPolicy,
+    pub(super) stats: Arc<SinkStats>,
     /// The reader is stopping: records still waiting for their first permit are not sent.
-    stopping: CancellationToken,
+    pub(super) stopping: CancellationToken,
 }
 
 impl HttpSink {
@@ -106,7 +108,7 @@ impl HttpSink {
             event_type: spec.event_type.clone(),
             extra_headers,
             secret_headers,
-            limit: Semaphore::new(concurrency.min(Semaphore::MAX_PERMITS)),
+            limit: Arc::new(Semaphore::new(concurrency.min(Semaphore::MAX_PERMITS))),
             timeout: Duration::from_millis(spec.timeout_ms),
             policy,
             stats: Arc::default(),
@@ -120,7 +122,7 @@ impl HttpSink {
         self
     }
 
-    async fn deliver_one(&self, record: &Record) -> Outcome {
+    pub(super) async fn deliver_one(&self, record: &Record) -> Outcome {
         let mut attempts = Attempts::new(&self.policy, &self.stats);
         // Not started when the reader stops: fail at once, so the drain releases the record
         // instead of holding it until the requests ahead of it in the queue for permits finish.
@@ -198,11 +200,7 @@ impl HttpSink {
             Err(e) => Err(Failure::from_reqwest(&e)),
             Ok(response) => {
                 let status = response.status();
-                let retry_after = response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| parse_retry_after(v, now_ms()));
+                let retry_after = retry_after(&response);
                 // Reading the body lets the connection go back to the pool. The status is the
                 // answer: a body that does not come within the timeout changes nothing.
                 let body = tokio::time::timeout(self.timeout, response.bytes())
@@ -210,19 +208,28 @@ impl HttpSink {
                     .ok()
                     .and_then(Result::ok)
                     .unwrap_or_default();
-                if status.is_success() {
-                    Ok(())
-                } else {
-                    let snippet = String::from_utf8_lossy(&body[..body.len().min(REASON_BODY_BYTES)]);
-                    let reason = format!("HTTP {status} from {}: {}", self.url, snippet.trim());
-                    let kind = AttemptError::Status { code: status.as_u16(), retry_after };
-                    Err(Failure { kind, reason, object_unreadable: false })
-                }
+                if status.is_success() { Ok(()) } else { Err(self.refused(status, retry_after, &body)) }
             }
         };
         self.stats.record_request(started.elapsed());
         result
     }
+}
+
+impl HttpSink {
+    /// A non-2xx answer, its body's head in the reason (for the dead-letter sink).
+    pub(super) fn refused(&self, status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Failure {
+        let snippet = String::from_utf8_lossy(&body[..body.len().min(REASON_BODY_BYTES)]);
+        let reason = format!("HTTP {status} from {}: {}", self.url, snippet.trim());
+        let kind = AttemptError::Status { code: status.as_u16(), retry_after };
+        Failure { kind, reason, object_unreadable: false }
+    }
+}
+
+/// The response's `Retry-After`, as a delay from now.
+pub(super) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    parse_retry_after(value, now_ms())
 }
 
 impl Sink for HttpSink {
@@ -295,15 +302,15 @@ fn streamed_body(reading: ObjectBody, progress: Progress) -> reqwest::Body {
     reqwest::Body::wrap_stream(pieces)
 }
 
-struct Failure {
-    kind: AttemptError,
-    reason: String,
+pub(super) struct Failure {
+    pub(super) kind: AttemptError,
+    pub(super) reason: String,
     /// The record's streamed object is gone, unreadable or replaced: no retry helps.
-    object_unreadable: bool,
+    pub(super) object_unreadable: bool,
 }
 
 impl Failure {
-    fn from_reqwest(e: &reqwest::Error) -> Self {
+    pub(super) fn from_reqwest(e: &reqwest::Error) -> Self {
         let kind = if e.is_timeout() {
             AttemptError::Timeout
         } else if e.is_connect() {
@@ -332,7 +339,7 @@ impl Failure {
         }
     }
 
-    fn closed() -> Self {
+    pub(super) fn closed() -> Self {
         Self { kind: AttemptError::Io, reason: "sink is shutting down".into(), object_unreadable: false }
     }
 }
@@ -350,6 +357,7 @@ mod tests {
             headers: Default::default(),
             event_type: "t".into(),
             secret_refs: None,
+            batch: None,
         };
         let policy = RetryPolicy::from_spec(&Default::default());
         let err = HttpSink::new("h", &spec("::"), policy.clone()).err().unwrap();

@@ -88,6 +88,7 @@ pub(super) fn sink(url: &str, timeout_ms: u64, concurrency: u32, max_attempts: u
         headers: [("x-tenant".to_string(), "blue".to_string())].into(),
         event_type: "dev.sluice.test".into(),
         secret_refs: None,
+        batch: None,
     };
     let retry = RetrySpec {
         strategy: RetryStrategy::Exponential,
@@ -245,6 +246,7 @@ async fn secret_headers_are_read_from_the_mounted_files() {
             }],
             ca_bundle: None,
         }),
+        batch: None,
     };
     let policy = RetryPolicy::from_spec(&RetrySpec::default());
     let sink = HttpSink::with_secrets_in("web", &spec, policy, dir.path()).unwrap();

@@ -30,6 +30,9 @@ mod error;
 pub mod fault;
 pub mod health;
 pub mod http;
+pub mod http_batch;
+pub mod http_batch_answer;
+pub mod http_batch_event;
 #[cfg(test)]
 mod http_stream_tests;
 #[cfg(test)]
