@@ -86,6 +86,10 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
                 endpoint: None,
                 region: None,
                 sse_kms_key_id: None,
+                buffer: sluice_crds::S3BufferSpec::default(),
+                compression: sluice_crds::S3Compression::None,
+                key_template: String::new(),
+                key_time: sluice_crds::S3KeyTime::SentTimestamp,
             };
             let mut first = s.spec.sinks[0].clone();
             (first.log, first.s3, first.name) = (None, Some(s3.clone()), "one".into());
