@@ -98,6 +98,13 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
                 (Some(sluice_crds::S3SinkSpec { prefix: "/a".into(), ..s3 }), "two".into());
             s.spec.sinks = vec![first, second];
         }),
+        ("SinkS3KeyTemplateInvalid", |s| {
+            let sink: sluice_crds::SinkSpec = serde_json::from_value(serde_json::json!({
+                "name": "archive", "s3": {"bucket": "out", "keyTemplate": "dt={yyyy}-{mm}"}
+            }))
+            .expect("an s3 sink");
+            s.spec.sinks = vec![sink];
+        }),
         ("SinkRouteInvalid", |s| {
             s.spec.sinks[0].route = Some(sluice_crds::RouteSpec { attribute: "kind".into(), values: vec![] });
         }),

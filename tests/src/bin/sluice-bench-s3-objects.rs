@@ -23,6 +23,8 @@ use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
 use sluice_tests::system::bin_dir;
 
+/// Concurrent SendMessageBatch loops filling a queue.
+const SENDERS: usize = 8;
 /// Longest a single run may take.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 
@@ -113,12 +115,13 @@ async fn main() -> Result<()> {
 
 async fn run(args: &Args, endpoint: &str, bucket: &str, prefix: &str, config: &Config) -> Result<Sample> {
     let queue = TestQueue::create(&sqs_client(endpoint), "bench-s3-objects", false).await?;
-    queue
-        .send_batch_with(
-            args.messages,
-            SendOptions { pad_to: Some(args.body_bytes), ..SendOptions::default() },
-        )
-        .await?;
+    // Several senders at once: the queue handle numbers their messages apart.
+    let options = SendOptions { pad_to: Some(args.body_bytes), ..SendOptions::default() };
+    let share = |i: usize| args.messages / SENDERS + usize::from(i < args.messages % SENDERS);
+    let sends = (0..SENDERS).map(|i| queue.send_batch_with(share(i), options));
+    for sent in futures::future::join_all(sends).await {
+        sent?;
+    }
     let mut sink = Sink::s3(bucket, prefix, endpoint);
     if let Some(compression) = config.compression {
         sink = sink.compression(compression);
