@@ -68,7 +68,7 @@ impl SqsSourceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LogSinkSpec, S3SinkSpec};
+    use crate::{LogSinkSpec, S3BufferSpec, S3Compression, S3KeyTime, S3SinkSpec};
 
     fn sink() -> SinkSpec {
         SinkSpec { name: "s".into(), http: None, sqs: None, s3: None, log: None, route: None }
@@ -86,6 +86,10 @@ mod tests {
             endpoint: None,
             region: None,
             sse_kms_key_id: None,
+            buffer: S3BufferSpec::default(),
+            compression: S3Compression::None,
+            key_template: String::new(),
+            key_time: S3KeyTime::SentTimestamp,
         };
         let both = SinkSpec { s3: Some(s3.clone()), ..log };
         assert_eq!(both.kind(), None, "two blocks are not a kind");

@@ -38,6 +38,7 @@ pub use self::scaling::ScalingSpec;
 pub use self::sink::{
     HttpBatchSpec, HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
 };
+pub use self::sink::{S3BufferSpec, S3Compression, S3KeyTime};
 pub use self::sink_secrets::{HttpSecretRefs, SecretHeader, SecretKeyRef};
 use crate::status::SqsSourceStatus;
 

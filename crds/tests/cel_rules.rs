@@ -253,6 +253,12 @@ fn cases() -> Vec<Case> {
             invalid: |v| spec(v)["sinks"][2]["s3"]["region"] = json!("eu-central"),
         },
         Case {
+            names: "spec.sinks[].s3.keyTemplate must be path segments",
+            path: "spec.sinks[2].s3.keyTemplate",
+            valid: |v| spec(v)["sinks"][2]["s3"]["keyTemplate"] = json!("{yyyy}/{MM}/{dd}/{HH}"),
+            invalid: |v| spec(v)["sinks"][2]["s3"]["keyTemplate"] = json!("{yyyy}/{mm}"),
+        },
+        Case {
             names: "with spec.delivery.guarantee exactlyOnce every sink in spec.sinks",
             path: "spec.sinks",
             valid: |v| {

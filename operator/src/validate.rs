@@ -388,6 +388,12 @@ fn check_sinks(source: &SqsSource, problems: &mut Vec<Problem>) {
             ));
         }
     }
+    for (i, s3) in spec.sinks.iter().enumerate().filter_map(|(i, s)| Some((i, s.s3.as_ref()?))) {
+        if let Err(why) = sluice_crds::key_template::parse(&s3.key_template) {
+            let field = format!("spec.sinks[{i}].s3.keyTemplate");
+            problems.push(Problem::new("SinkS3KeyTemplateInvalid", field.clone(), format!("{field}: {why}")));
+        }
+    }
     if let Some(dead) = &spec.dead_letter_sink {
         check_sink("spec.deadLetterSink", dead, problems);
     }

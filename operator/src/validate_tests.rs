@@ -101,6 +101,10 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
                 endpoint: None,
                 region: None,
                 sse_kms_key_id: None,
+                buffer: sluice_crds::S3BufferSpec::default(),
+                compression: sluice_crds::S3Compression::None,
+                key_template: String::new(),
+                key_time: sluice_crds::S3KeyTime::SentTimestamp,
             };
             let mut first = s.spec.sinks[0].clone();
             (first.log, first.s3, first.name) = (None, Some(s3.clone()), "one".into());
@@ -108,6 +112,13 @@ fn each_class_of_mistake_has_its_reason_and_a_message_naming_the_field() {
             (second.s3, second.name) =
                 (Some(sluice_crds::S3SinkSpec { prefix: "/a".into(), ..s3 }), "two".into());
             s.spec.sinks = vec![first, second];
+        }),
+        ("SinkS3KeyTemplateInvalid", |s| {
+            let sink: sluice_crds::SinkSpec = serde_json::from_value(serde_json::json!({
+                "name": "archive", "s3": {"bucket": "out", "keyTemplate": "dt={yyyy}-{mm}"}
+            }))
+            .expect("an s3 sink");
+            s.spec.sinks = vec![sink];
         }),
         ("SinkRouteInvalid", |s| {
             s.spec.sinks[0].route = Some(sluice_crds::RouteSpec { attribute: "kind".into(), values: vec![] });

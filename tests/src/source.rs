@@ -229,6 +229,24 @@ impl Sink {
         self.with("messageGroupId", group)
     }
 
+    /// `buffer` of an s3 sink: its hints.
+    pub fn buffer(self, max_bytes: u64, max_records: u32, max_seconds: u32) -> Self {
+        self.with(
+            "buffer",
+            json!({"maxBytes": max_bytes, "maxRecords": max_records, "maxSeconds": max_seconds}),
+        )
+    }
+
+    /// `compression` of an s3 sink (`none`, `gzip`, `zstd`).
+    pub fn compression(self, compression: &str) -> Self {
+        self.with("compression", compression)
+    }
+
+    /// `keyTemplate` of an s3 sink, e.g. `{yyyy}/{MM}/{dd}/{HH}`.
+    pub fn key_template(self, template: &str) -> Self {
+        self.with("keyTemplate", template)
+    }
+
     fn of(kind: &'static str, fields: Value) -> Self {
         let Value::Object(fields) = fields else { unreachable!("built from an object literal") };
         Self { kind, fields }

@@ -27,12 +27,17 @@ pub struct Reader {
 impl Reader {
     /// Writes `yaml` to `dir/source.yaml` and starts a reader on it, logging to `dir/reader.log`.
     pub fn start(dir: &Path, yaml: &str) -> Result<Self> {
+        Self::start_binary(dir, yaml, &bin_dir().join("sluice-reader"))
+    }
+
+    /// As [`Reader::start`] with another `sluice-reader` binary (a benchmark's "before").
+    pub fn start_binary(dir: &Path, yaml: &str, binary: &Path) -> Result<Self> {
         let source = dir.join("source.yaml");
         std::fs::write(&source, yaml)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let admin = format!("127.0.0.1:{port}");
         let log = dir.join("reader.log");
-        let child = Command::new(bin_dir().join("sluice-reader"))
+        let child = Command::new(binary)
             .arg("--source")
             .arg(&source)
             .args(["--admin-addr", &admin, "--shutdown-deadline-seconds", "5"])

@@ -11,6 +11,10 @@
 //! committed S3 output once and in the FIFO target once, none is lost, the source queue is empty.
 //!
 //! The same run under atLeastOnce must lose nothing; its duplicates are counted and printed.
+//!
+//! And once more under exactlyOnce with the S3 sink gzip-compressed and partitioned by hour
+//! (`keyTemplate: {yyyy}/{MM}/{dd}/{HH}`): every object must decompress, sit in the hour of its
+//! records' SentTimestamp, and hold each record's body byte for byte as sent, none twice.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -23,9 +27,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use sluice_crds::key_template;
 use sluice_protocol::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{
-    LocalStack, QueueCounts, QueueOptions, TestQueue, s3_client, seq_of, sqs_client,
+    LocalStack, QueueCounts, QueueOptions, TestQueue, body_for, s3_client, seq_of, sqs_client,
 };
 use sluice_tests::poll::{self, Check};
 use sluice_tests::source::{Sink, SourceYaml};
@@ -58,6 +63,15 @@ enum Guarantee {
     AtLeastOnce,
 }
 
+/// How the S3 sink lays out its objects: as they come, or gzip in hourly partitions.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    Plain,
+    GzipHourly,
+}
+
+const HOURLY: &str = "{yyyy}/{MM}/{dd}/{HH}";
+
 fn source_yaml(
     name: &str,
     source: &TestQueue,
@@ -65,13 +79,20 @@ fn source_yaml(
     bucket: &str,
     endpoint: &str,
     g: Guarantee,
+    layout: Layout,
 ) -> String {
     let yaml = SourceYaml::new(name, &source.url, endpoint).visibility_timeout(VISIBILITY);
     let yaml = match g {
         Guarantee::ExactlyOnce => yaml.exactly_once(2),
         Guarantee::AtLeastOnce => yaml.at_least_once(),
     };
-    yaml.sink("archive", Sink::s3(bucket, &format!("{PREFIX}/"), endpoint))
+    let archive = match layout {
+        Layout::Plain => Sink::s3(bucket, &format!("{PREFIX}/"), endpoint),
+        Layout::GzipHourly => {
+            Sink::s3(bucket, &format!("{PREFIX}/"), endpoint).compression("gzip").key_template(HOURLY)
+        }
+    };
+    yaml.sink("archive", archive)
         .sink("forward", Sink::sqs(&target.url, endpoint).message_group_id("sluice"))
         .replicas(REPLICAS, REPLICAS)
         .yaml()
@@ -81,14 +102,15 @@ fn source_yaml(
 #[derive(Debug, Default, Clone)]
 struct Tally {
     counts: BTreeMap<u64, u32>,
-    /// Records whose body is not one of ours (`seq_of` fails, or out of range).
+    /// Records whose body is not one of ours (`seq_of` fails, or out of range), or not byte for
+    /// byte the body sent.
     foreign: u64,
 }
 
 impl Tally {
     fn add(&mut self, body: &str) {
         match seq_of(body) {
-            Some(seq) if seq < MESSAGES => *self.counts.entry(seq).or_default() += 1,
+            Some(seq) if seq < MESSAGES && body == body_for(seq) => *self.counts.entry(seq).or_default() += 1,
             _ => self.foreign += 1,
         }
     }
@@ -119,6 +141,7 @@ impl Tally {
 struct S3Output {
     client: aws_sdk_s3::Client,
     bucket: String,
+    layout: Layout,
     objects: HashMap<String, (String, Tally)>,
 }
 
@@ -152,18 +175,16 @@ impl S3Output {
             .collect();
         let client = &self.client;
         let bucket = &self.bucket;
+        let layout = self.layout;
         let read = futures::stream::iter(fresh)
             .map(|(key, etag)| async move {
-                let object = client.get_object().bucket(bucket).key(&key).send().await;
-                let object = object.with_context(|| format!("GetObject {key}"))?;
-                let bytes = object.body.collect().await.with_context(|| format!("reading {key}"))?;
+                // Decompressed by its Content-Encoding, which must match its name.
+                let object = sluice_tests::s3_objects::read(client, bucket, &key, 0).await?;
                 let mut tally = Tally::default();
-                for line in String::from_utf8_lossy(&bytes.into_bytes()).lines() {
-                    if line.trim().is_empty() {
-                        continue;
-                    }
+                for line in &object.lines {
                     let record: serde_json::Value = serde_json::from_str(line)
                         .with_context(|| format!("{key}: not a JSON line: {line}"))?;
+                    check_partition(layout, &key, &record)?;
                     tally.add(record["body"].as_str().unwrap_or_default());
                 }
                 anyhow::Ok((key, etag, tally))
@@ -215,6 +236,20 @@ impl S3Output {
         }
         (epoch, direct, other)
     }
+}
+
+/// Under `GzipHourly`, `key` must be in the hour of the record's SentTimestamp (and gzip named).
+fn check_partition(layout: Layout, key: &str, record: &serde_json::Value) -> Result<()> {
+    if layout == Layout::Plain {
+        return Ok(());
+    }
+    let sent =
+        record["sentTimestamp"].as_i64().with_context(|| format!("{key}: a line without sentTimestamp"))?;
+    let hour = key_template::render(&key_template::parse(HOURLY).map_err(anyhow::Error::msg)?, sent);
+    if !key.starts_with(&format!("{PREFIX}/{hour}/")) || !key.ends_with(".jsonl.gz") {
+        bail!("{key}: not in the gzip partition {PREFIX}/{hour}/ of its record sent at {sent}");
+    }
+    Ok(())
 }
 
 /// Receives from the FIFO target and deletes what it received, until stopped; tallies the bodies.
@@ -331,7 +366,7 @@ struct Outcome {
 }
 
 /// The whole scenario under `guarantee`; answers what both sinks and the queue hold at the end.
-async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
+async fn run(name: &str, guarantee: Guarantee, layout: Layout) -> Result<Outcome> {
     let endpoint = LocalStack::ensure().await?;
     let sqs = sqs_client(&endpoint);
     let options = QueueOptions { visibility_timeout: Some(VISIBILITY), ..QueueOptions::default() };
@@ -344,7 +379,7 @@ async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let mut system = System::start_with_operator(&dir).await?;
-    system.apply_source(&source_yaml(name, &source, &target, &bucket, &endpoint, guarantee)).await?;
+    system.apply_source(&source_yaml(name, &source, &target, &bucket, &endpoint, guarantee, layout)).await?;
     system.wait_ready_readers(name, REPLICAS, Duration::from_secs(90)).await?;
     wait_joined(&system, name, guarantee).await?;
     let logs = dir.display().to_string();
@@ -390,7 +425,7 @@ async fn run(name: &str, guarantee: Guarantee) -> Result<Outcome> {
     println!("[{:6.1}s] operator SIGKILLed and restarted", at(start));
 
     // Wait: the queue empty, the committed S3 output and the FIFO target complete.
-    let mut output = S3Output { client: s3.clone(), bucket: bucket.clone(), objects: HashMap::new() };
+    let mut output = S3Output { client: s3.clone(), bucket: bucket.clone(), layout, objects: HashMap::new() };
     let mut last_print = Instant::now();
     let checkpoint_api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
     let drained = loop {
@@ -542,7 +577,17 @@ fn describe(what: &str, tally: &Tally) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_to_s3_and_fifo_survives_kills_pauses_and_an_operator_restart() -> Result<()> {
-    let out = run("eo-exact", Guarantee::ExactlyOnce).await?;
+    exactly_once_holds("eo-exact", Layout::Plain).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_gzip_hourly_objects_decompress_to_the_sent_bodies_once_across_kills() -> Result<()> {
+    exactly_once_holds("eo-gzip", Layout::GzipHourly).await
+}
+
+/// The exactly-once run with `layout`: nothing lost, nothing twice, nothing altered.
+async fn exactly_once_holds(name: &str, layout: Layout) -> Result<()> {
+    let out = run(name, Guarantee::ExactlyOnce, layout).await?;
     let (s3, fifo) = (describe("s3", &out.s3), describe("fifo", &out.fifo));
     println!("{s3}\n{fifo}");
     println!(
@@ -562,7 +607,7 @@ async fn exactly_once_to_s3_and_fifo_survives_kills_pauses_and_an_operator_resta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_same_run_counts_duplicates() -> Result<()> {
-    let out = run("eo-atleast", Guarantee::AtLeastOnce).await?;
+    let out = run("eo-atleast", Guarantee::AtLeastOnce, Layout::Plain).await?;
     let (s3, fifo) = (describe("s3", &out.s3), describe("fifo", &out.fifo));
     println!("{s3}\n{fifo}");
     println!(

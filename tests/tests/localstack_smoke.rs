@@ -40,7 +40,10 @@ async fn fifo_groups_keep_order_within_each_group() {
         let client = sqs_client(&endpoint);
         let queue = TestQueue::create(&client, "smoke", true).await.expect("FIFO queue created");
 
-        queue.send_batch_with(30, SendOptions { groups: Some(3) }).await.expect("sent");
+        queue
+            .send_batch_with(30, SendOptions { groups: Some(3), ..SendOptions::default() })
+            .await
+            .expect("sent");
         let seqs: Vec<u64> = queue
             .drain_bodies()
             .await

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One destination: a unique `name` and exactly one of `http`, `sqs`, `s3`, `log`, optionally
@@ -225,6 +226,95 @@ pub struct S3SinkSpec {
     #[x_kube(validation = Rule::new(r"self.matches('^(arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key|alias)/.+|alias/[A-Za-z0-9/_-]+|(mrk-)?[0-9a-f-]{32,36})$')")
         .message("spec.sinks[].s3.sseKmsKeyId must be a KMS key id, key ARN, alias/NAME or alias ARN: copy it from the KMS console"))]
     pub sse_kms_key_id: Option<String>,
+    /// When records become an object: whichever hint is reached first. Under atLeastOnce records
+    /// are buffered per partition (`keyTemplate`) and written as one object, and each message is
+    /// deleted only after the object holding it is written; under exactlyOnce the epoch stays the
+    /// unit and the hints split a large epoch into several objects committed together. Default
+    /// `{maxBytes: 8388608, maxRecords: 1000, maxSeconds: 30}`.
+    #[serde(default)]
+    pub buffer: S3BufferSpec,
+    /// `none` (default), `gzip` (`.jsonl.gz`, `Content-Encoding: gzip`) or `zstd` (`.jsonl.zst`,
+    /// `Content-Encoding: zstd`). Objects are compressed as they are written, part by part.
+    #[serde(default)]
+    pub compression: S3Compression,
+    /// Time partitions between `prefix` and the object's name, at most 256 characters: literal
+    /// path text (letters, digits, `_ = . -`, `/` between segments) and the placeholders `{yyyy}`,
+    /// `{MM}`, `{dd}`, `{HH}` (UTC), e.g. `{yyyy}/{MM}/{dd}/{HH}` or Hive-style
+    /// `dt={yyyy}-{MM}-{dd}/hour={HH}`. The clock is `keyTime`. Default empty (no partitions).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new(r"self.matches('^([A-Za-z0-9_=.-]+|[{](yyyy|MM|dd|HH)[}])+(/([A-Za-z0-9_=.-]+|[{](yyyy|MM|dd|HH)[}])+)*$') && !self.contains('..')")
+        .message("spec.sinks[].s3.keyTemplate must be path segments of letters, digits, _ = . - and the placeholders {yyyy} {MM} {dd} {HH}, separated by single /, without a leading or trailing / or '..', e.g. dt={yyyy}-{MM}-{dd}/hour={HH}: fix the template"))]
+    pub key_template: String,
+    /// The clock `keyTemplate` reads: `sentTimestamp` (default: when the message was sent to SQS,
+    /// so a redelivery lands in the same partition) or `deliveryTime` (when the reader writes it).
+    #[serde(default)]
+    pub key_time: S3KeyTime,
+}
+
+/// Hints for when buffered records become an object (the first one reached wins).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3BufferSpec {
+    /// Uncompressed bytes of JSON lines per object, 1 KiB to 64 MiB (never more than
+    /// `spec.receive.held.maxBytes`, which bounds what a reader holds). Default 8388608 (8 MiB).
+    #[serde(default = "default_s3_buffer_bytes")]
+    #[schemars(range(min = 1024, max = 67_108_864))]
+    pub max_bytes: u64,
+    /// Records per object, 1-100000 (never more than `spec.receive.held.maxMessages`: the reader
+    /// clamps to it and says so once). Default 1000, the default of that bound.
+    #[serde(default = "default_s3_buffer_records")]
+    #[schemars(range(min = 1, max = 100_000))]
+    pub max_records: u32,
+    /// Seconds the first record of an object waits at most before it is written, 1-900. Default
+    /// 30. A SIGTERM drain writes what is buffered at once.
+    #[serde(default = "default_s3_buffer_seconds")]
+    #[schemars(range(min = 1, max = 900))]
+    pub max_seconds: u32,
+}
+
+const fn default_s3_buffer_bytes() -> u64 {
+    8 << 20
+}
+const fn default_s3_buffer_records() -> u32 {
+    1000
+}
+const fn default_s3_buffer_seconds() -> u32 {
+    30
+}
+
+impl Default for S3BufferSpec {
+    fn default() -> Self {
+        Self {
+            max_bytes: default_s3_buffer_bytes(),
+            max_records: default_s3_buffer_records(),
+            max_seconds: default_s3_buffer_seconds(),
+        }
+    }
+}
+
+/// How the s3 sink compresses objects.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum S3Compression {
+    // JSON lines as they are (`.jsonl`).
+    #[default]
+    None,
+    // gzip (`.jsonl.gz`).
+    Gzip,
+    // zstd (`.jsonl.zst`).
+    Zstd,
+}
+
+/// The clock of an s3 sink's `keyTemplate`.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum S3KeyTime {
+    // The message's SentTimestamp.
+    #[default]
+    SentTimestamp,
+    // When the reader writes the record.
+    DeliveryTime,
 }
 
 /// Log sink: one log line per message. Not idempotent, so not allowed with exactlyOnce.

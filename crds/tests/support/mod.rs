@@ -66,7 +66,9 @@ pub fn full() -> Value {
                     "name": "archive",
                     "s3": {
                         "bucket": "sluice-archive", "prefix": "orders/", "endpoint": LOCALSTACK, "region": "us-east-1",
-                        "sseKmsKeyId": "alias/sluice-archive"
+                        "sseKmsKeyId": "alias/sluice-archive",
+                        "buffer": {"maxBytes": 8388608, "maxRecords": 1000, "maxSeconds": 30},
+                        "compression": "gzip", "keyTemplate": "dt={yyyy}-{MM}-{dd}/hour={HH}", "keyTime": "sentTimestamp"
                     }
                 },
                 {"name": "debug", "log": {"body": true}}

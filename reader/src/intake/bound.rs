@@ -14,6 +14,12 @@
 //! replicas starting beside it; it grows only as far as its deliveries show it can go. Under
 //! exactlyOnce the horizon is at most half the checkpoint interval, so an epoch runs about
 //! that much past its interval.
+//!
+//! A floor for buffering sinks: under atLeastOnce an s3 sink holds records until an object is
+//! full (`spec.sinks[].s3.buffer`), and they stay in the bound until then. Measured by drain
+//! alone, a bound would shrink while an object fills (nothing settles) and the object could never
+//! fill, so the bound never goes below one object's `maxRecords`, itself never above the
+//! `held.maxMessages` ceiling (a larger hint is clamped to it, with one WARN line at start).
 
 use std::time::Duration;
 
@@ -34,6 +40,8 @@ pub struct Rule {
     pub batch: usize,
     /// The bound a reader starts with: two batches per poller.
     pub start: usize,
+    /// The least the bound ever is for a buffering sink to fill an object (0: none).
+    pub floor: usize,
 }
 
 impl Rule {
@@ -44,7 +52,11 @@ impl Rule {
             Guarantee::ExactlyOnce => settings.checkpoint_interval,
             Guarantee::AtLeastOnce => None,
         };
-        Self::new(&r.held, r.pollers, r.max_messages as usize, interval)
+        let rule = Self::new(&r.held, r.pollers, r.max_messages as usize, interval);
+        match settings.guarantee {
+            Guarantee::AtLeastOnce => Self { floor: buffer_floor(settings, &rule.ceiling), ..rule },
+            Guarantee::ExactlyOnce => rule,
+        }
     }
 
     /// From the settings: `pollers` pollers of `batch` messages; `interval`: exactlyOnce's
@@ -52,7 +64,8 @@ impl Rule {
     pub fn new(held: &HeldSettings, pollers: usize, batch: usize, interval: Option<Duration>) -> Self {
         let horizon = interval.map_or(held.horizon, |i| held.horizon.min(i / 2));
         let ceiling = Bound { messages: held.max_messages, bytes: held.max_bytes };
-        Self { ceiling, horizon, batch, start: (2 * pollers * batch).min(held.max_messages).max(1) }
+        let start = (2 * pollers * batch).min(held.max_messages).max(1);
+        Self { ceiling, horizon, batch, start, floor: 0 }
     }
 
     /// The next bound after `previous` (`None`: the first), given the drain measured over the
@@ -75,8 +88,34 @@ impl Rule {
         if let Some(b) = rate.bytes_per_second {
             bytes = bytes.min((b as f64 * horizon).ceil() as u64);
         }
-        Bound { messages: messages.max(self.batch).min(self.ceiling.messages), bytes: bytes.max(1) }
+        let messages = messages.max(self.batch).max(self.floor).min(self.ceiling.messages);
+        Bound { messages, bytes: bytes.max(1) }
     }
+}
+
+/// The records one object of the source's buffering s3 sinks needs, within `ceiling`; a hint
+/// above the ceiling is named once (it cannot be reached: records are held until written).
+fn buffer_floor(settings: &Settings, ceiling: &Bound) -> usize {
+    let mut floor = 0;
+    for (i, sink) in settings.spec.sinks.iter().enumerate() {
+        let Some(buffer) = sink.s3.as_ref().map(|s3| s3.buffer) else { continue };
+        let records = buffer.max_records as usize;
+        if records > ceiling.messages {
+            tracing::warn!(
+                "spec.sinks[{i}].s3.buffer.maxRecords ({records}) is above spec.receive.held.maxMessages ({}): objects hold at most that many records; raise held.maxMessages or lower maxRecords",
+                ceiling.messages
+            );
+        }
+        if buffer.max_bytes > ceiling.bytes {
+            tracing::warn!(
+                "spec.sinks[{i}].s3.buffer.maxBytes ({}) is above spec.receive.held.maxBytes ({}): objects hold at most that many bytes; raise held.maxBytes or lower maxBytes",
+                buffer.max_bytes,
+                ceiling.bytes
+            );
+        }
+        floor = floor.max(records.min(ceiling.messages));
+    }
+    floor
 }
 
 #[cfg(test)]
@@ -134,6 +173,21 @@ mod tests {
         let bound = r.next(Some(Bound { messages: 640, bytes: 1 << 26 }), None, share);
         assert_eq!(bound, Bound { messages: 34, bytes: 2000 });
         assert_eq!(r.next(None, None, rate(Some(1), None)).messages, 10, "one batch at least");
+    }
+
+    #[test]
+    fn a_buffering_sink_keeps_the_bound_at_one_object_while_it_fills() {
+        let rule = Rule { floor: 600, ..rule() };
+        let mut bound = rule.next(None, None, rate(None, None));
+        for _ in 0..10 {
+            // Nothing settles while the object fills: the drain is 0.
+            bound = rule.next(Some(bound), Some(0.0), rate(None, None));
+        }
+        assert_eq!(bound.messages, 600);
+        assert_eq!(
+            Rule { floor: 5000, ..rule }.next(Some(bound), Some(0.0), rate(None, None)).messages,
+            1000
+        );
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBu
             }
         }
         (None, Some(sqs), None, None) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
-        (None, None, Some(s3), None) => Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?),
+        (None, None, Some(s3), None) => {
+            Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?.stopping(ctx.stopping.clone()))
+        }
         (None, None, None, Some(log)) => Arc::new(LogSink::new(name, log)),
         _ => return Err(SinkBuildError::new("", "exactly one of http, sqs, s3, log must be set")),
     };
@@ -134,7 +136,9 @@ pub fn build_all(
 
 #[cfg(test)]
 mod tests {
-    use sluice_crds::{HttpSinkSpec, LogSinkSpec, S3SinkSpec, SqsSinkSpec};
+    use sluice_crds::{
+        HttpSinkSpec, LogSinkSpec, S3BufferSpec, S3Compression, S3KeyTime, S3SinkSpec, SqsSinkSpec,
+    };
 
     use super::*;
     use crate::sink::EpochSupport;
@@ -194,6 +198,10 @@ mod tests {
             endpoint: None,
             region: None,
             sse_kms_key_id: None,
+            buffer: S3BufferSpec::default(),
+            compression: S3Compression::None,
+            key_template: String::new(),
+            key_time: S3KeyTime::SentTimestamp,
         };
         let twin = SinkSpec { s3: Some(S3SinkSpec { prefix: "/p/".into(), ..s3.clone() }), ..sink("s2") };
         let clash = build_all(&[SinkSpec { s3: Some(s3.clone()), ..sink("s1") }, twin], None, &ctx());

@@ -41,7 +41,10 @@ pub mod log;
 pub mod retry;
 pub mod route;
 pub mod s3;
+mod s3_buffer;
+mod s3_encode;
 mod s3_layout;
+mod s3_object;
 #[cfg(test)]
 mod s3_tests;
 mod secret_file;

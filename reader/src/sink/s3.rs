@@ -8,6 +8,11 @@
 //! A streamed object (`Record::object`) is read from S3 as it is written, one part in memory at a
 //! time: under exactlyOnce into its epoch's upload like any record, under atLeastOnce as an
 //! object of its own, a multipart upload that is aborted if the read fails.
+//!
+//! Under atLeastOnce other records are buffered into objects by the `buffer` hints
+//! (`s3_buffer.rs`); under exactlyOnce the same hints close an epoch's object and open the next
+//! one of the same key (all completed on commit). Objects are written part by part through the
+//! encoder of `compression` (`s3_encode.rs`, `s3_object.rs`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -19,17 +24,19 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ServerSideEncryption};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::future::BoxFuture;
-use sluice_crds::S3SinkSpec;
+use sluice_crds::{S3BufferSpec, S3Compression, S3KeyTime, S3SinkSpec};
 use sluice_protocol::{EpochKey, Incarnation, now_ms};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use super::aws_error;
 use super::error::SinkBuildError;
 use super::retry::{Attempts, RetryPolicy};
-use super::s3_layout::{StreamedLine, append_line, direct_key, epoch_prefix, new_incarnation, object_key};
+use super::s3_buffer::{Buffers, Hints};
+use super::s3_layout::{Layout, StreamedLine, append_line, new_incarnation};
+use super::s3_object::ObjectUpload;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
 use crate::payload::{FetchError, StreamedObject};
@@ -45,23 +52,30 @@ pub const DEFAULT_PART_BYTES: usize = 8 * 1024 * 1024;
 const STREAM_PIECE_ROOM: usize = 1024 * 1024;
 
 pub struct S3Sink {
-    name: String,
-    client: Client,
-    bucket: String,
-    prefix: String,
+    pub(super) name: String,
+    pub(super) client: Client,
+    pub(super) bucket: String,
+    /// Prefix, partitions and compression: every object's key and encoding.
+    pub(super) layout: Layout,
     /// The pod this process's records are tagged by: the `pod` of every key it buffers.
-    reader: String,
+    pub(super) reader: String,
     /// Names the at-least-once objects of this sink instance (epoch 0 has no reader incarnation).
-    direct_incarnation: String,
-    part_bytes: usize,
+    pub(super) direct_incarnation: String,
+    pub(super) part_bytes: usize,
     txns: Mutex<Txns>,
     /// Sequence of the at-least-once objects of this sink instance.
-    direct_seq: AtomicU64,
+    pub(super) direct_seq: AtomicU64,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
     /// `sseKmsKeyId`: every object (direct and per-epoch upload) is written with SSE-KMS under
     /// this key; absent, the bucket's default encryption applies.
-    kms_key: Option<String>,
+    pub(super) kms_key: Option<String>,
+    /// `buffer`: when records become an object.
+    pub(super) hints: Hints,
+    /// The at-least-once objects being filled, per partition.
+    pub(super) buffers: Mutex<Buffers>,
+    /// The reader stops: buffered records are written at once.
+    pub(super) stopping: CancellationToken,
 }
 
 /// A transaction of this process: `(incarnation, epoch)` of its records; the pod is `reader`.
@@ -84,9 +98,9 @@ struct Txns {
 /// One transaction in this process.
 #[derive(Default)]
 struct EpochUpload {
-    upload_id: Option<String>,
-    buffer: Vec<u8>,
-    parts: Vec<CompletedPart>,
+    /// Its objects, in the order they were opened; the last of a partition takes its records
+    /// unless a hint closed it.
+    objects: Vec<ObjectUpload>,
     /// `pre_commit` ran: the transaction takes no more records.
     sealed: bool,
     /// `commit` or `abort` ran.
@@ -99,6 +113,13 @@ struct EpochUpload {
 enum Finished {
     Committed,
     Aborted,
+}
+
+impl EpochUpload {
+    /// The object of `partition` that takes records, if one is open.
+    fn open_object(&mut self, partition: &str) -> Option<usize> {
+        self.objects.iter().rposition(|o| o.partition == partition && !o.closed)
+    }
 }
 
 impl Txns {
@@ -192,6 +213,8 @@ impl S3Sink {
                 format!("not a valid bucket name: {:?}", spec.bucket),
             ));
         }
+        let template = sluice_crds::key_template::parse(&spec.key_template)
+            .map_err(|why| SinkBuildError::new("s3.keyTemplate", why))?;
         let mut config = aws_sdk_s3::config::Builder::from(aws)
             .retry_config(RetryConfig::disabled())
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired);
@@ -208,7 +231,13 @@ impl S3Sink {
         }
         let client = Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
         let sink = Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy);
-        Ok(Self { kms_key: spec.sse_kms_key_id.clone(), ..sink })
+        let layout = Layout::new(&spec.prefix, template, spec.key_time, spec.compression);
+        Ok(Self {
+            kms_key: spec.sse_kms_key_id.clone(),
+            layout,
+            hints: Hints::from_spec(&spec.buffer),
+            ..sink
+        })
     }
 
     pub fn with_client(
@@ -224,7 +253,7 @@ impl S3Sink {
             name: name.to_owned(),
             client,
             bucket: bucket.to_owned(),
-            prefix: prefix.to_owned(),
+            layout: Layout::new(prefix, Vec::new(), S3KeyTime::SentTimestamp, S3Compression::None),
             reader: reader.to_owned(),
             direct_incarnation: new_incarnation(now_ms),
             part_bytes: DEFAULT_PART_BYTES,
@@ -233,6 +262,9 @@ impl S3Sink {
             policy,
             stats: Arc::default(),
             kms_key: None,
+            hints: Hints::from_spec(&S3BufferSpec::default()),
+            buffers: Mutex::default(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -242,14 +274,27 @@ impl S3Sink {
         self
     }
 
-    /// The object `key` becomes when committed.
-    pub fn object_key(&self, key: &EpochKey) -> String {
-        object_key(&self.prefix, &key.pod, key.epoch, &key.incarnation.to_string())
+    /// Buffered at-least-once records are written at once when `stopping` is cancelled.
+    pub fn stopping(mut self, stopping: CancellationToken) -> Self {
+        self.stopping = stopping;
+        self
     }
 
-    /// The key of a transaction of this process.
-    fn own_key(&self, (incarnation, epoch): TxnId) -> EpochKey {
-        EpochKey { pod: self.reader.clone(), incarnation: Incarnation(incarnation), epoch }
+    /// The at-least-once buffer waits at most `max_wait` (tests shorten it).
+    #[cfg(test)]
+    pub fn with_max_wait(mut self, max_wait: std::time::Duration) -> Self {
+        self.hints.max_wait = max_wait;
+        self
+    }
+
+    /// The object `key` becomes when committed (its first, with no time partition).
+    pub fn object_key(&self, key: &EpochKey) -> String {
+        self.layout.epoch_object("", &key.pod, key.epoch, &key.incarnation.to_string(), 0)
+    }
+
+    /// Object `n` of transaction `id` of this process, in `partition`.
+    fn own_object_key(&self, (incarnation, epoch): TxnId, partition: &str, n: u64) -> String {
+        self.layout.epoch_object(partition, &self.reader, epoch, &Incarnation(incarnation).to_string(), n)
     }
 
     async fn deliver_records(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
@@ -261,12 +306,8 @@ impl S3Sink {
             direct.into_iter().partition(|i| records[*i].object.is_some());
         let pick = |indexes: &[usize]| indexes.iter().map(|i| records[*i].clone()).collect::<Vec<_>>();
         let mut outcomes = vec![Outcome::Delivered; records.len()];
-        if !direct.is_empty()
-            && let Err(e) = self.write_direct(&pick(&direct)).await
-        {
-            for i in &direct {
-                outcomes[*i] = Outcome::Failed { reason: e.message.clone() };
-            }
+        for (i, outcome) in direct.iter().zip(self.write_buffered(&pick(&direct)).await) {
+            outcomes[*i] = outcome;
         }
         for i in streamed {
             outcomes[i] = self.write_direct_streamed(&records[i]).await;
@@ -277,30 +318,6 @@ impl S3Sink {
         outcomes
     }
 
-    /// At-least-once: the records as one object, durable and visible when this returns `Ok`.
-    async fn write_direct(&self, records: &[Arc<Record>]) -> Result<(), SinkError> {
-        let mut body = Vec::new();
-        for record in records {
-            append_line(&mut body, record);
-        }
-        let seq = self.direct_seq.fetch_add(1, Ordering::Relaxed);
-        let key = direct_key(&self.prefix, &self.reader, &self.direct_incarnation, seq);
-        let body = bytes::Bytes::from(body);
-        self.retrying("PutObject", || {
-            self.client
-                .put_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .content_type("application/x-ndjson")
-                .set_server_side_encryption(self.kms_key.as_ref().map(|_| ServerSideEncryption::AwsKms))
-                .set_ssekms_key_id(self.kms_key.clone())
-                .body(ByteStream::from(body.clone()))
-                .send()
-        })
-        .await?;
-        Ok(())
-    }
-
     /// At-least-once, a streamed object: a multipart upload of its own line, one part in memory
     /// at a time, aborted if the object cannot be read to its end.
     async fn write_direct_streamed(&self, record: &Record) -> Outcome {
@@ -308,23 +325,15 @@ impl S3Sink {
             return Outcome::Failed { reason: "not a streamed record".into() };
         };
         let seq = self.direct_seq.fetch_add(1, Ordering::Relaxed);
-        let key = direct_key(&self.prefix, &self.reader, &self.direct_incarnation, seq);
-        let mut upload = EpochUpload::default();
-        let written = match self.stream_line(&key, &mut upload, record, object).await {
-            Ok(()) => self.flush_to(&key, &mut upload).await.map_err(Copying::Sink),
+        let partition = self.layout.partition(record);
+        let key = self.layout.direct(&partition, &self.reader, &self.direct_incarnation, seq);
+        let mut upload = ObjectUpload::new(key, partition, self.layout.compression);
+        let written = match self.stream_line(&mut upload, record, object).await {
+            Ok(()) => self.write_object(&mut upload).await.map_err(Copying::Sink),
             Err((copying, _line)) => Err(copying),
         };
-        let written = match (written, upload.upload_id.clone()) {
-            (Ok(()), Some(upload_id)) => {
-                self.complete(&key, &upload_id, upload.parts.clone()).await.map_err(Copying::Sink)
-            }
-            (written, _) => written,
-        };
-        if written.is_err()
-            && let Some(upload_id) = &upload.upload_id
-            && let Err(e) = self.abort_upload(&key, upload_id).await
-        {
-            tracing::warn!(sink = %self.name, key, error = %e, "aborting the upload of a streamed object failed");
+        if written.is_err() {
+            self.abandon(&upload).await;
         }
         match written {
             Ok(()) => Outcome::Delivered,
@@ -332,13 +341,12 @@ impl S3Sink {
         }
     }
 
-    /// Open `object` and write its line into `upload`'s buffer, uploading a part to `key`
-    /// whenever the buffer holds `part_bytes`. Nothing is written if the object cannot be
-    /// opened; a failure midway answers the line, still open, for the caller to close or drop.
+    /// Open `object` and write its line into `upload`'s buffer, uploading a part whenever the
+    /// buffer holds `part_bytes`. Nothing is written if the object cannot be opened; a failure
+    /// midway answers the line, still open, for the caller to close or drop.
     async fn stream_line(
         &self,
-        key: &str,
-        upload: &mut EpochUpload,
+        upload: &mut ObjectUpload,
         record: &Record,
         object: &StreamedObject,
     ) -> Result<(), (Copying, Option<StreamedLine>)> {
@@ -354,22 +362,26 @@ impl S3Sink {
                 Err(e) => return Err((Copying::Fetch(e), Some(line))),
             }
             if upload.buffer.len() >= self.part_bytes {
-                if let Err(e) = self.flush_to(key, upload).await {
+                if let Err(e) = self.upload_ready(upload, false).await {
                     return Err((Copying::Sink(e), Some(line)));
                 }
                 upload.buffer.reserve(room);
             }
         }
         line.finish(&mut upload.buffer);
+        upload.records += 1;
         Ok(())
     }
 
+    /// Exactly-once: add `records` to their epochs' objects, closing an object when a buffer
+    /// hint is reached (its last part uploaded; it is completed with the others on commit).
     async fn buffer(&self, records: &[Arc<Record>]) -> Vec<Outcome> {
         if records.is_empty() {
             return Vec::new();
         }
         let mut txns = self.txns.lock().await;
         let mut outcomes = Vec::with_capacity(records.len());
+        let mut touched = Vec::new();
         for record in records {
             let id = (record.incarnation, record.epoch);
             // Released to be classified again on redelivery: `Rejected` would dead-letter a
@@ -378,15 +390,30 @@ impl S3Sink {
                 outcomes.push(Outcome::Redeliver { reason });
                 continue;
             }
-            let upload = txns.by_id.entry(id).or_default();
+            let txn = txns.by_id.entry(id).or_default();
+            let partition = self.layout.partition(record);
+            let at = match txn.open_object(&partition) {
+                Some(at) => at,
+                None => {
+                    let key = self.own_object_key(id, &partition, txn.objects.len() as u64);
+                    txn.objects.push(ObjectUpload::new(key, partition, self.layout.compression));
+                    txn.objects.len() - 1
+                }
+            };
+            touched.push((id, at));
+            let upload = &mut txn.objects[at];
             let Some(object) = &record.object else {
                 append_line(&mut upload.buffer, record);
+                upload.records += 1;
+                upload.closed = self.hints.reached(upload.records, upload.raw_bytes());
                 outcomes.push(Outcome::Delivered);
                 continue;
             };
-            let key = self.object_key(&self.own_key(id));
-            outcomes.push(match self.stream_line(&key, upload, record, object).await {
-                Ok(()) => Outcome::Delivered,
+            outcomes.push(match self.stream_line(upload, record, object).await {
+                Ok(()) => {
+                    upload.closed = self.hints.reached(upload.records, upload.raw_bytes());
+                    Outcome::Delivered
+                }
                 Err((copying, line)) => {
                     // Parts already uploaded cannot be taken back: the line is closed as
                     // truncated (it holds no record) and the message is delivered again later.
@@ -397,72 +424,28 @@ impl S3Sink {
                 }
             });
         }
-        let full: Vec<TxnId> =
-            txns.by_id.iter().filter(|(_, u)| u.buffer.len() >= self.part_bytes).map(|(id, _)| *id).collect();
-        for id in full {
-            if let Some(upload) = txns.by_id.get_mut(&id) {
-                // A failed flush keeps the buffer; pre_commit tries again and decides the epoch.
-                if let Err(e) = self.flush(id, upload).await {
-                    tracing::warn!(sink = %self.name, txn = %describe(id), error = %e, "part upload failed; will retry at pre-commit");
-                }
+        touched.sort_unstable();
+        touched.dedup();
+        for (id, at) in touched {
+            if let Some(upload) = txns.by_id.get_mut(&id).and_then(|t| t.objects.get_mut(at)) {
+                self.advance(id, upload).await;
             }
         }
         outcomes
     }
 
-    /// Upload the buffer of `id` as its next part (starting the upload if needed).
-    async fn flush(&self, id: TxnId, upload: &mut EpochUpload) -> Result<(), SinkError> {
-        self.flush_to(&self.object_key(&self.own_key(id)), upload).await
-    }
-
-    /// Upload `upload`'s buffer as its next part of `key` (starting the upload if needed).
-    async fn flush_to(&self, key: &str, upload: &mut EpochUpload) -> Result<(), SinkError> {
-        let upload_id = match &upload.upload_id {
-            Some(upload_id) => upload_id.clone(),
-            None => {
-                let created = self
-                    .retrying("CreateMultipartUpload", || {
-                        self.client
-                            .create_multipart_upload()
-                            .bucket(&self.bucket)
-                            .key(key)
-                            .content_type("application/x-ndjson")
-                            .set_server_side_encryption(
-                                self.kms_key.as_ref().map(|_| ServerSideEncryption::AwsKms),
-                            )
-                            .set_ssekms_key_id(self.kms_key.clone())
-                            .send()
-                    })
-                    .await?;
-                let upload_id =
-                    created.upload_id().ok_or_else(|| self.error("CreateMultipartUpload: no upload id"))?;
-                upload.upload_id.insert(upload_id.to_owned()).clone()
-            }
+    /// After records were added to an epoch's object: close it if a hint is reached, else upload
+    /// a part if one is full. A failure keeps the bytes; pre_commit tries again and decides.
+    async fn advance(&self, id: TxnId, upload: &mut ObjectUpload) {
+        let result = if upload.closed {
+            self.upload_ready(upload, true).await
+        } else if upload.buffer.len() >= self.part_bytes {
+            self.upload_ready(upload, false).await
+        } else {
+            Ok(())
         };
-        let part_number = i32::try_from(upload.parts.len() + 1).map_err(|_| self.error("too many parts"))?;
-        let body = bytes::Bytes::from(std::mem::take(&mut upload.buffer));
-        let sent = self
-            .retrying("UploadPart", || {
-                self.client
-                    .upload_part()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .part_number(part_number)
-                    .body(ByteStream::from(body.clone()))
-                    .send()
-            })
-            .await;
-        match sent {
-            Ok(part) => {
-                let e_tag = part.e_tag().unwrap_or_default();
-                upload.parts.push(CompletedPart::builder().part_number(part_number).e_tag(e_tag).build());
-                Ok(())
-            }
-            Err(e) => {
-                upload.buffer = body.to_vec();
-                Err(e)
-            }
+        if let Err(e) = result {
+            tracing::warn!(sink = %self.name, txn = %describe(id), error = %e, "part upload failed; will retry at pre-commit");
         }
     }
 
@@ -488,10 +471,11 @@ impl S3Sink {
             Some(Finished::Aborted) => return Err(self.error(format!("{} was aborted", describe(id)))),
             None => {}
         }
-        if !upload.buffer.is_empty() {
-            self.flush(id, upload).await?;
-        }
         upload.sealed = true;
+        for object in &mut upload.objects {
+            object.closed = true;
+            self.upload_ready(object, true).await?;
+        }
         Ok(())
     }
 
@@ -505,11 +489,14 @@ impl S3Sink {
                 Some(Finished::Aborted) => return Err(self.error(format!("{} was aborted", describe(id)))),
                 None => {}
             }
-            if !upload.buffer.is_empty() {
-                self.flush(id, upload).await?;
+            for object in &mut upload.objects {
+                object.closed = true;
+                self.upload_ready(object, true).await?;
+                if let Some(upload_id) = object.upload_id.clone() {
+                    self.complete(&object.key, &upload_id, object.parts.clone()).await?;
+                }
             }
-            if let Some(upload_id) = upload.upload_id.clone() {
-                self.complete(&self.object_key(key), &upload_id, upload.parts.clone()).await?;
+            if !upload.objects.is_empty() {
                 match self.pending_uploads(&key.pod, key.epoch).await {
                     Ok(pending) => self.abort_other_incarnations(key, &pending).await,
                     Err(e) => tracing::warn!(sink = %self.name, error = %e, "listing stale uploads failed"),
@@ -527,27 +514,33 @@ impl S3Sink {
         Ok(())
     }
 
-    /// Commit `key` from what S3 holds: complete its pending upload (parts from `ListParts`).
+    /// Whether `upload` (pending under `key`'s pod and epoch number) is one of `key`'s objects.
+    fn of_key(&self, upload: &str, key: &EpochKey) -> bool {
+        self.layout.incarnation_of(upload, &key.pod, key.epoch) == Some(key.incarnation.to_string().as_str())
+    }
+
+    /// Commit `key` from what S3 holds: complete its pending uploads (parts from `ListParts`).
     async fn commit_listed(&self, key: &EpochKey) -> Result<(), SinkError> {
-        let object = self.object_key(key);
         let pending = self.pending_uploads(&key.pod, key.epoch).await?;
-        let mut staged = Vec::new();
-        for (_, upload_id) in pending.iter().filter(|(k, _)| *k == object) {
-            let parts = self.listed_parts(&object, upload_id).await?;
+        let mut staged = BTreeMap::<&str, Vec<_>>::new();
+        for (object, upload_id) in pending.iter().filter(|(k, _)| self.of_key(k, key)) {
+            let parts = self.listed_parts(object, upload_id).await?;
             if parts.is_empty() {
                 // An orphan: completing it would fail, or replace the real output with nothing.
-                self.abort_upload(&object, upload_id).await?;
+                self.abort_upload(object, upload_id).await?;
             } else {
-                staged.push((upload_id, parts));
+                staged.entry(object).or_default().push((upload_id, parts));
             }
         }
-        if staged.len() > 1 {
-            // One process stages a key once; two staged uploads mean two sinks share a bucket and
-            // prefix. The newest (completed last) wins, as if one of them had overwritten the other.
-            tracing::warn!(sink = %self.name, key = %object, uploads = staged.len(), "several staged uploads for one key");
-        }
-        for (upload_id, parts) in staged {
-            self.complete(&object, upload_id, parts).await?;
+        for (object, uploads) in staged {
+            if uploads.len() > 1 {
+                // One process stages an object once; two staged uploads mean two sinks share a
+                // bucket and prefix. The newest (completed last) wins, as if it had overwritten.
+                tracing::warn!(sink = %self.name, key = %object, uploads = uploads.len(), "several staged uploads for one key");
+            }
+            for (upload_id, parts) in uploads {
+                self.complete(object, upload_id, parts).await?;
+            }
         }
         if key.pod == self.reader {
             self.abort_other_incarnations(key, &pending).await;
@@ -560,28 +553,57 @@ impl S3Sink {
     /// uploads"); nothing else would reclaim those of an incarnation that died. Best effort: the
     /// commit succeeded already, and a failure here only leaves garbage, not wrong output.
     async fn abort_other_incarnations(&self, key: &EpochKey, pending: &[(String, String)]) {
-        let object = self.object_key(key);
-        for (stale_key, stale_id) in pending.iter().filter(|(k, _)| *k != object) {
-            tracing::info!(sink = %self.name, committed = %object, stale = %stale_key, "aborting another incarnation's upload of a committed epoch number");
+        let committed = self.object_key(key);
+        for (stale_key, stale_id) in pending.iter().filter(|(k, _)| !self.of_key(k, key)) {
+            tracing::info!(sink = %self.name, committed = %committed, stale = %stale_key, "aborting another incarnation's upload of a committed epoch number");
             if let Err(e) = self.abort_upload(stale_key, stale_id).await {
                 tracing::warn!(sink = %self.name, stale = %stale_key, error = %e, "aborting a stale upload failed");
             }
         }
     }
 
+    /// Whether some reader committed `key`: one of its objects exists. Checked on the first
+    /// object's fixed name and on every object this process opened; with placeholders in the
+    /// template another pod's objects cannot be named without listing the bucket, so only its
+    /// pending uploads decide (an abort of them cannot touch a completed object).
+    async fn committed_somewhere(&self, key: &EpochKey, local: &[String]) -> Result<bool, SinkError> {
+        let mut names: Vec<String> = local.to_vec();
+        if self.layout.fixed() {
+            let partition = self.layout.fixed_partition();
+            names.push(self.layout.epoch_object(
+                &partition,
+                &key.pod,
+                key.epoch,
+                &key.incarnation.to_string(),
+                0,
+            ));
+        }
+        for name in names {
+            if self.exists(&name).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn abort_key(&self, key: &EpochKey) -> Result<(), SinkError> {
         let id = (key.incarnation.0, key.epoch);
         let own_pod = key.pod == self.reader;
-        let object = self.object_key(key);
         // Held throughout for the own pod, so no record joins the transaction while it is aborted.
         let mut txns = self.txns.lock().await;
         let local = if own_pod { txns.by_id.get(&id) } else { None };
+        let objects: Vec<(String, Option<String>)> = local
+            .map(|u| u.objects.iter().map(|o| (o.key.clone(), o.upload_id.clone())).collect())
+            .unwrap_or_default();
         let committed = || self.error(format!("{} is committed; it cannot be aborted", describe_key(key)));
         match local.and_then(|u| u.finished) {
             Some(Finished::Committed) => return Err(committed()),
             Some(Finished::Aborted) => {}
-            // Not known here as finished: the object exists only if someone committed the key.
-            None if self.exists(&object).await? => {
+            // Not known here as finished: an object exists only if someone committed the key.
+            None if self
+                .committed_somewhere(key, &objects.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>())
+                .await? =>
+            {
                 if own_pod {
                     txns.finish(id, Finished::Committed);
                 }
@@ -590,22 +612,21 @@ impl S3Sink {
             None => {}
         }
         if own_pod {
-            let local_id = txns.by_id.get(&id).and_then(|u| u.upload_id.clone());
             txns.finish(id, Finished::Aborted);
-            if let Some(upload_id) = local_id {
-                self.abort_upload(&object, &upload_id).await?;
+            for (object, upload_id) in objects.iter().filter_map(|(k, u)| Some((k, u.as_ref()?))) {
+                self.abort_upload(object, upload_id).await?;
             }
         } else {
             drop(txns);
         }
         let pending = self.pending_uploads(&key.pod, key.epoch).await?;
-        for (_, upload_id) in pending.iter().filter(|(k, _)| *k == object) {
-            self.abort_upload(&object, upload_id).await?;
+        for (object, upload_id) in pending.iter().filter(|(k, _)| self.of_key(k, key)) {
+            self.abort_upload(object, upload_id).await?;
         }
         Ok(())
     }
 
-    async fn complete(
+    pub(super) async fn complete(
         &self,
         key: &str,
         upload_id: &str,
@@ -640,7 +661,7 @@ impl S3Sink {
         }
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), SinkError> {
+    pub(super) async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), SinkError> {
         let result = self
             .retrying("AbortMultipartUpload", || {
                 self.client.abort_multipart_upload().bucket(&self.bucket).key(key).upload_id(upload_id).send()
@@ -655,7 +676,7 @@ impl S3Sink {
     /// `(key, upload id)` of the uploads pending under a pod's epoch number (all incarnations),
     /// oldest first.
     async fn pending_uploads(&self, pod: &str, epoch: u64) -> Result<Vec<(String, String)>, SinkError> {
-        let prefix = epoch_prefix(&self.prefix, pod, epoch);
+        let prefix = self.layout.listing(pod, epoch);
         let mut found = Vec::new();
         let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
         // Bounded: an epoch number of one pod has a handful of incarnations at most.
@@ -672,7 +693,9 @@ impl S3Sink {
                 })
                 .await?;
             for upload in page.uploads() {
-                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) {
+                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id())
+                    && self.layout.incarnation_of(key, pod, epoch).is_some()
+                {
                     let initiated = upload.initiated().and_then(|t| t.to_millis().ok()).unwrap_or(0);
                     found.push((initiated, key.to_owned(), id.to_owned()));
                 }
@@ -718,7 +741,7 @@ impl S3Sink {
     }
 
     /// Run one S3 call under the retry policy; the error says which call and why.
-    async fn retrying<T, E, R, F, Fut>(&self, what: &str, call: F) -> Result<T, SinkError>
+    pub(super) async fn retrying<T, E, R, F, Fut>(&self, what: &str, call: F) -> Result<T, SinkError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, R>>>,
@@ -744,7 +767,7 @@ impl S3Sink {
         }
     }
 
-    fn error(&self, message: impl Into<String>) -> SinkError {
+    pub(super) fn error(&self, message: impl Into<String>) -> SinkError {
         SinkError { sink: self.name.clone(), message: message.into() }
     }
 }

@@ -12,6 +12,14 @@
 //! 0) there is no transaction and no reader incarnation: each `deliver` writes
 //! `<prefix>/<reader>/direct/<incarnation>-<seq>.jsonl` with the sink's own random incarnation.
 //!
+//! Buffering, compression and time partitions (`spec.sinks[].s3.buffer`, `compression`,
+//! `keyTemplate`) keep that shape: the rendered partition goes between the prefix and the reader,
+//! the name ends in `.jsonl`, `.jsonl.gz` or `.jsonl.zst`, and an epoch split into several
+//! objects (by the buffer hints, or because its records fall in several partitions) names the
+//! second and later ones `<incarnation>-<n>`, so the incarnation still leads every name of its
+//! key. With placeholders in the template a key's objects are found by listing from the
+//! template's fixed start and matching the last three segments (`<pod>/epoch-<E>/<incarnation>`).
+//!
 //! Output is JSON lines, one record per line: `messageId`, `queue`, `epoch`, `sentTimestamp`,
 //! `groupId`, `attributes` (message attributes) and `body` (the body as text), or `bodyBase64` for a
 //! body that is not UTF-8. A streamed object (above `spec.payload.streamAboveBytes`) is always
@@ -21,8 +29,89 @@
 //! message is delivered again, whole, in a later line) and readers skip it.
 
 use serde_json::json;
+use sluice_crds::key_template::{self, Piece};
+use sluice_crds::{S3Compression, S3KeyTime};
 
+use super::s3_encode::extension;
 use crate::record::Record;
+
+/// Where the objects of one sink go: its prefix, partitions and compression.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    prefix: String,
+    template: Vec<Piece>,
+    key_time: S3KeyTime,
+    pub compression: S3Compression,
+}
+
+impl Layout {
+    /// `template` must have passed `key_template::parse` (the caller names the field).
+    pub fn new(prefix: &str, template: Vec<Piece>, key_time: S3KeyTime, compression: S3Compression) -> Self {
+        Self { prefix: prefix.trim_matches('/').to_owned(), template, key_time, compression }
+    }
+
+    /// The partition `record` goes to (empty without a template).
+    pub fn partition(&self, record: &Record) -> String {
+        if self.template.is_empty() {
+            return String::new();
+        }
+        let at = match self.key_time {
+            S3KeyTime::SentTimestamp => record.sent_timestamp_ms.unwrap_or_else(sluice_protocol::now_ms),
+            S3KeyTime::DeliveryTime => sluice_protocol::now_ms(),
+        };
+        key_template::render(&self.template, at)
+    }
+
+    /// `<prefix>/<partition>/`, or empty.
+    fn base(&self, partition: &str) -> String {
+        [self.prefix.as_str(), partition].iter().filter(|s| !s.is_empty()).map(|s| format!("{s}/")).collect()
+    }
+
+    /// An at-least-once object: `<prefix>/<partition>/<reader>/direct/<incarnation>-<seq><ext>`.
+    pub fn direct(&self, partition: &str, reader: &str, incarnation: &str, seq: u64) -> String {
+        let ext = extension(self.compression);
+        format!("{}{reader}/direct/{incarnation}-{seq:010}{ext}", self.base(partition))
+    }
+
+    /// Object `n` of an epoch key in `partition`: `<incarnation><ext>` for the first, then
+    /// `<incarnation>-<n><ext>`.
+    pub fn epoch_object(&self, partition: &str, pod: &str, epoch: u64, incarnation: &str, n: u64) -> String {
+        let ext = extension(self.compression);
+        let name = if n == 0 { incarnation.to_owned() } else { format!("{incarnation}-{n:06}") };
+        format!("{}{reader}/epoch-{epoch:020}/{name}{ext}", self.base(partition), reader = pod)
+    }
+
+    /// The partition of a template without placeholders (any instant renders it the same).
+    pub fn fixed_partition(&self) -> String {
+        key_template::render(&self.template, 0)
+    }
+
+    /// Whether every key of an epoch is known without listing (no placeholders).
+    pub fn fixed(&self) -> bool {
+        self.template.iter().all(|p| matches!(p, Piece::Text(_)))
+    }
+
+    /// The prefix to list to find every object of `pod`'s epoch number: its epoch prefix without
+    /// placeholders, else the template's fixed start.
+    pub fn listing(&self, pod: &str, epoch: u64) -> String {
+        if self.fixed() {
+            return epoch_prefix(&self.base(&self.fixed_partition()), pod, epoch);
+        }
+        let start = key_template::fixed_start(&self.template);
+        if self.prefix.is_empty() { start } else { format!("{}/{start}", self.prefix) }
+    }
+
+    /// The incarnation of `key` if it is an object of `pod`'s epoch number `epoch`.
+    pub fn incarnation_of<'k>(&self, key: &'k str, pod: &str, epoch: u64) -> Option<&'k str> {
+        let mut segments = key.rsplit('/');
+        let (name, epoch_dir, owner) = (segments.next()?, segments.next()?, segments.next()?);
+        if owner != pod || epoch_dir != format!("epoch-{epoch:020}") {
+            return None;
+        }
+        let stem = name.strip_suffix(extension(self.compression))?;
+        Some(stem.split_once('-').map_or(stem, |(incarnation, _)| incarnation))
+    }
+}
 
 /// `<prefix>/<pod>/epoch-<E>/`, the listing prefix of one pod's epoch number (all incarnations).
 pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
@@ -35,11 +124,13 @@ pub fn epoch_prefix(prefix: &str, reader: &str, epoch: u64) -> String {
 }
 
 /// The object of one epoch key: `incarnation` is the reader's `Incarnation` as text.
+#[cfg(test)]
 pub fn object_key(prefix: &str, reader: &str, epoch: u64, incarnation: &str) -> String {
     format!("{}{incarnation}.jsonl", epoch_prefix(prefix, reader, epoch))
 }
 
-/// The object one at-least-once `deliver` call writes (records of epoch 0 need no transaction).
+/// An at-least-once object without partitions or compression.
+#[cfg(test)]
 pub fn direct_key(prefix: &str, reader: &str, incarnation: &str, seq: u64) -> String {
     let prefix = prefix.trim_matches('/');
     let path = format!("{reader}/direct/{incarnation}-{seq:010}.jsonl");
@@ -153,6 +244,32 @@ mod tests {
         assert!(epoch_prefix("p", "r", 9) < epoch_prefix("p", "r", 10), "epochs sort numerically");
         assert_eq!(direct_key("out/", "r", "inc", 3), "out/r/direct/inc-0000000003.jsonl");
         assert_eq!(direct_key("", "r", "inc", 3), "r/direct/inc-0000000003.jsonl");
+    }
+
+    #[test]
+    fn partitions_go_between_the_prefix_and_the_reader() {
+        let template = key_template::parse("dt={yyyy}-{MM}-{dd}/hour={HH}").unwrap();
+        let layout = Layout::new("/out/", template, S3KeyTime::SentTimestamp, S3Compression::Gzip);
+        let mut r = record("id-1");
+        r.sent_timestamp_ms = Some(1_796_231_100_000);
+        let partition = layout.partition(&r);
+        assert_eq!(partition, "dt=2026-12-02/hour=17");
+        let key = layout.epoch_object(&partition, "r-0", 7, "00ab", 2);
+        assert_eq!(key, "out/dt=2026-12-02/hour=17/r-0/epoch-00000000000000000007/00ab-000002.jsonl.gz");
+        assert_eq!(layout.incarnation_of(&key, "r-0", 7), Some("00ab"));
+        assert_eq!(layout.incarnation_of(&key, "r-0", 8), None);
+        assert_eq!(layout.incarnation_of(&key, "r-1", 7), None);
+        assert_eq!(layout.listing("r-0", 7), "out/dt=");
+        assert_eq!(
+            layout.direct(&partition, "r-0", "inc", 3),
+            "out/dt=2026-12-02/hour=17/r-0/direct/inc-0000000003.jsonl.gz"
+        );
+        let plain = Layout::new("out", Vec::new(), S3KeyTime::SentTimestamp, S3Compression::None);
+        let first = plain.epoch_object("", "r", 12, "inc", 0);
+        assert_eq!(first, object_key("out", "r", 12, "inc"), "the unpartitioned first object keeps its name");
+        assert_eq!(plain.listing("r", 12), epoch_prefix("out", "r", 12));
+        assert_eq!(plain.incarnation_of(&first, "r", 12), Some("inc"));
+        assert_eq!(plain.direct("", "r", "inc", 3), direct_key("out/", "r", "inc", 3));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use aws_sdk_s3::Client;
 use bytes::Bytes;
-use sluice_crds::{RetrySpec, S3SinkSpec};
+use sluice_crds::{RetrySpec, S3BufferSpec, S3Compression, S3KeyTime, S3SinkSpec};
 use sluice_protocol::{EpochKey, Incarnation};
 
 use super::aws_testing::{localstack, unique};
@@ -45,16 +45,34 @@ impl Bucket {
 
     /// A sink of a new process of pod `reader`.
     fn sink_of(&self, aws: &aws_config::SdkConfig, reader: &str) -> S3Sink {
-        let spec = S3SinkSpec {
+        self.sink_with(aws, reader, |_| {})
+    }
+
+    /// A sink of a new process of pod `reader`, its spec changed by `change`; at-least-once
+    /// objects wait at most 300 ms.
+    fn sink_with(
+        &self,
+        aws: &aws_config::SdkConfig,
+        reader: &str,
+        change: impl FnOnce(&mut S3SinkSpec),
+    ) -> S3Sink {
+        let mut spec = S3SinkSpec {
             bucket: self.name.clone(),
             prefix: "out/".into(),
             endpoint: None,
             region: None,
             sse_kms_key_id: None,
+            buffer: S3BufferSpec::default(),
+            compression: S3Compression::None,
+            key_template: String::new(),
+            key_time: S3KeyTime::SentTimestamp,
         };
         let retry =
             RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
-        S3Sink::new("archive", &spec, aws, reader, RetryPolicy::from_spec(&retry)).unwrap()
+        change(&mut spec);
+        S3Sink::new("archive", &spec, aws, reader, RetryPolicy::from_spec(&retry))
+            .unwrap()
+            .with_max_wait(std::time::Duration::from_millis(300))
     }
 
     /// Visible objects: key to the message ids of its lines.
@@ -64,8 +82,10 @@ impl Bucket {
         for object in listed.contents() {
             let key = object.key().unwrap().to_owned();
             let body = self.client.get_object().bucket(&self.name).key(&key).send().await.unwrap();
-            let bytes = body.body.collect().await.unwrap().into_bytes();
-            let ids = String::from_utf8(bytes.to_vec())
+            let encoding = body.content_encoding().map(str::to_owned);
+            let bytes =
+                decoded(&key, encoding.as_deref(), &body.body.collect().await.unwrap().into_bytes()).await;
+            let ids = String::from_utf8(bytes)
                 .unwrap()
                 .lines()
                 .map(|l| {
@@ -84,6 +104,101 @@ impl Bucket {
         let out = self.client.list_multipart_uploads().bucket(&self.name).send().await.unwrap();
         out.uploads().len()
     }
+}
+
+/// An object's JSON lines: gzip and zstd objects (named and labelled so) decompressed.
+async fn decoded(key: &str, encoding: Option<&str>, bytes: &[u8]) -> Vec<u8> {
+    use async_compression::tokio::bufread::{GzipDecoder, ZstdDecoder};
+    use tokio::io::AsyncReadExt as _;
+    let mut out = Vec::new();
+    match encoding {
+        Some("gzip") => {
+            assert!(key.ends_with(".jsonl.gz"), "{key}");
+            GzipDecoder::new(bytes).read_to_end(&mut out).await.unwrap();
+        }
+        Some("zstd") => {
+            assert!(key.ends_with(".jsonl.zst"), "{key}");
+            ZstdDecoder::new(bytes).read_to_end(&mut out).await.unwrap();
+        }
+        _ => {
+            assert!(key.ends_with(".jsonl"), "{key}");
+            out = bytes.to_vec();
+        }
+    }
+    out
+}
+
+/// Records of `records` sent at `sent_ms`.
+fn sent_at(mut records: Vec<Arc<Record>>, sent_ms: i64) -> Vec<Arc<Record>> {
+    for r in &mut records {
+        Arc::make_mut(r).sent_timestamp_ms = Some(sent_ms);
+    }
+    records
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+#[tokio::test]
+async fn at_least_once_records_share_an_object_until_a_hint_then_answer() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let sink = bucket.sink_with(&aws, READER, |s| {
+        (s.buffer.max_records, s.compression) = (3, S3Compression::Zstd);
+        s.key_template = "dt={yyyy}-{MM}-{dd}".into();
+    });
+    let (a, b) = (sent_at(records(0, 0, &["a", "b"]), 0), sent_at(records(0, 0, &["c"]), 0));
+    // Two deliveries fill one object (3 records): both answer when it is written.
+    let (first, second) = tokio::join!(sink.deliver(&a), sink.deliver(&b));
+    assert_eq!((first, second), (vec![Outcome::Delivered; 2], vec![Outcome::Delivered]));
+    assert_eq!(bucket.objects().await.len(), 1);
+    // One record alone waits for the time hint.
+    assert_eq!(sink.deliver(&sent_at(records(0, 0, &["d"]), 0)).await, vec![Outcome::Delivered]);
+    let objects = bucket.objects().await;
+    assert_eq!(objects.len(), 2, "{objects:?}");
+    assert!(objects.keys().all(|k| k.starts_with("out/dt=1970-01-01/reader-0/direct/")), "{objects:?}");
+    let mut seen: Vec<_> = objects.values().flatten().map(String::as_str).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn an_epoch_split_by_hints_and_hours_is_committed_whole_by_another_process() {
+    let aws = localstack().await;
+    let bucket = Bucket::new(&aws).await;
+    let hourly = |s: &mut S3SinkSpec| {
+        (s.buffer.max_records, s.compression) = (2, S3Compression::Gzip);
+        s.key_template = "{yyyy}/{MM}/{dd}/{HH}".into();
+    };
+    let owner = bucket.sink_with(&aws, READER, hourly);
+    let k = key(READER, INC_A, 3);
+    let first_hour = sent_at(records(INC_A, 3, &["h0-a", "h0-b", "h0-c"]), 0);
+    let next_hour = sent_at(records(INC_A, 3, &["h1-a", "h1-b"]), HOUR_MS);
+    assert_eq!(owner.deliver(&[first_hour, next_hour].concat()).await, vec![Outcome::Delivered; 5]);
+    owner.pre_commit(&k).await.unwrap();
+    assert!(bucket.objects().await.is_empty(), "nothing is visible before the commit");
+    assert_eq!(bucket.pending_uploads().await, 3, "hour 0: 2 + 1 records, hour 1: 2");
+    let other = bucket.sink_with(&aws, "reader-1", hourly);
+    other.commit(&k).await.unwrap();
+    let objects = bucket.objects().await;
+    let inc = Incarnation(INC_A).to_string();
+    let expected = BTreeMap::from([
+        (
+            format!("out/1970/01/01/00/{READER}/epoch-00000000000000000003/{inc}.jsonl.gz"),
+            ids(&["h0-a", "h0-b"]),
+        ),
+        (
+            format!("out/1970/01/01/00/{READER}/epoch-00000000000000000003/{inc}-000001.jsonl.gz"),
+            ids(&["h0-c"]),
+        ),
+        (
+            format!("out/1970/01/01/01/{READER}/epoch-00000000000000000003/{inc}-000002.jsonl.gz"),
+            ids(&["h1-a", "h1-b"]),
+        ),
+    ]);
+    assert_eq!(objects, expected);
+    assert_eq!(bucket.pending_uploads().await, 0);
+    let err = owner.abort(&k).await.unwrap_err();
+    assert!(err.message.contains("committed"), "{err:?}");
 }
 
 fn key(pod: &str, incarnation: u64, epoch: u64) -> EpochKey {

@@ -118,7 +118,13 @@ async fn main() -> Result<()> {
             println!("{}", TestQueue::create_named(&client, &name, &options).await?.url);
         }
         Command::Send { queue_url, count, groups, rate } => {
-            send(&TestQueue::open(&client, &queue_url), count, SendOptions { groups }, rate).await?;
+            send(
+                &TestQueue::open(&client, &queue_url),
+                count,
+                SendOptions { groups, ..SendOptions::default() },
+                rate,
+            )
+            .await?;
         }
         Command::SinkServer { addr, show, latency_ms, url_file } => {
             sink_server(&addr, show, Duration::from_millis(latency_ms), url_file).await?

@@ -56,6 +56,15 @@ pub struct Redrive {
 pub struct SendOptions {
     /// FIFO: spread messages round-robin over this many message groups (`g0`, `g1`, ...); default 1.
     pub groups: Option<u32>,
+    /// Pad each body (still a [`seq_of`] body) to this many bytes.
+    pub pad_to: Option<usize>,
+}
+
+/// [`body_for`] padded to `len` bytes with a `pad` field (unchanged if already that long).
+pub fn padded_body(seq: u64, len: usize) -> String {
+    let bare = format!(r#"{{"seq":{seq},"pad":""}}"#);
+    let pad = "x".repeat(len.saturating_sub(bare.len()));
+    format!(r#"{{"seq":{seq},"pad":"{pad}"}}"#)
 }
 
 /// SQS's approximate depth figures for one queue.
@@ -178,7 +187,7 @@ impl TestQueue {
                     .build()?;
                 let mut entry = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(body_for(*seq))
+                    .message_body(options.pad_to.map_or_else(|| body_for(*seq), |len| padded_body(*seq, len)))
                     .message_attributes("seq", seq_attribute);
                 if self.fifo {
                     entry = entry
