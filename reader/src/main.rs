@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use sluice_crds::SqsSource;
 use sluice_reader::config::cli::{Args, LogFormat};
-use sluice_reader::config::source_file;
+use sluice_reader::config::options::Coordination;
+use sluice_reader::config::{operator_only, source_file};
 use sluice_reader::process::{runtime, signals, stop::Stop};
 use sluice_reader::run;
 
@@ -52,6 +53,11 @@ async fn reader(args: Args) -> ExitCode {
         Ok(source) => {
             name_process(process, &source);
             let options = args.options(&source);
+            if options.coordination == Coordination::Standalone {
+                for line in operator_only::ignored_standalone(&source) {
+                    tracing::warn!("{line}");
+                }
+            }
             run::run(source, options, stop).await
         }
         Err(e) => Err(e),

@@ -159,18 +159,29 @@ async fn an_exactly_once_source_suspended_mid_stream_resumes_without_loss_or_dup
     system.apply_source(&source_yaml(&queue, &bucket, &endpoint, false)).await?;
     system.wait_ready_readers(SOURCE, 2, Duration::from_secs(90)).await?;
 
-    queue.send_batch(MESSAGES as usize).await?;
+    // Sent while the readers deliver and the suspend lands: on a loaded machine the 300 sequential
+    // SendMessageBatch calls take longer than the rate-limited readers need to deliver half of the
+    // stream, so waiting for the send to finish first could let everything through before the
+    // suspend. Mid-stream: part of the output committed, most still to come.
     let start = Instant::now();
-    println!("sent {MESSAGES} messages");
-    // Mid-stream: part of the output committed, most still to come.
-    poll::until(Duration::from_secs(180), Duration::from_millis(500), || async {
-        let committed = s3_counts(&s3, &bucket).await?.len();
-        Ok(if committed >= 300 { Check::Met(()) } else { Check::NotYet(format!("{committed} committed")) })
-    })
-    .await?;
-    let before = s3_counts(&s3, &bucket).await?.len();
-    println!("[{:6.1}s] {before} messages committed; suspending", start.elapsed().as_secs_f64());
-    suspend_and_watch(&system, &source_yaml(&queue, &bucket, &endpoint, true), start).await?;
+    let watch = async {
+        poll::until(Duration::from_secs(180), Duration::from_millis(500), || async {
+            let committed = s3_counts(&s3, &bucket).await?.len();
+            Ok(if committed >= 300 {
+                Check::Met(())
+            } else {
+                Check::NotYet(format!("{committed} committed"))
+            })
+        })
+        .await?;
+        let before = s3_counts(&s3, &bucket).await?.len();
+        println!("[{:6.1}s] {before} messages committed; suspending", start.elapsed().as_secs_f64());
+        suspend_and_watch(&system, &source_yaml(&queue, &bucket, &endpoint, true), start).await
+    };
+    let (sent, watched) = tokio::join!(queue.send_batch(MESSAGES as usize), watch);
+    sent?;
+    watched?;
+    println!("[{:6.1}s] all {MESSAGES} messages were sent", start.elapsed().as_secs_f64());
     let during = s3_counts(&s3, &bucket).await?.len();
     let waiting = queue.approximate_counts().await?;
     println!("while suspended: {during} committed, queue {waiting:?}");

@@ -2,6 +2,7 @@
 //! command line.
 
 pub mod cli;
+pub mod operator_only;
 pub mod options;
 pub mod payload;
 pub mod queue_url;
