@@ -16,8 +16,8 @@
 //!    rate is the one the readers reached under full load, and 0.9 the planned utilisation (a
 //!    reader's rate is an estimate, and at full use the backlog never recovers from a blip). While
 //!    the reported age exceeds L it never falls below the current count, and is one more than that
-//!    only when the fleet is not on track (the backlog grows, or is more than L's worth at the
-//!    fleet's drain), so an age that lags while the backlog clears adds nothing; it scales in only
+//!    only when the fleet is not on track (the backlog does not shrink and is more than L's worth
+//!    at the fleet's drain), so an age that lags while the backlog clears adds nothing; it scales in only
 //!    once the age is under L and fewer replicas carry the arrivals. Under a binding source-wide
 //!    rate limit the rule holds the count running.
 //! 3. With `minReplicas` 0 and an inactive queue: stay at zero, or go to zero once idle for

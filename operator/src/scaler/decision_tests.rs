@@ -493,15 +493,20 @@ fn a_lagging_age_does_not_keep_adding_replicas() {
 
 #[test]
 fn over_the_target_and_not_on_track_one_more_is_added() {
-    // 5 readers that reached 10 msg/s each under load drain 30 msg/s between them while the
-    // backlog creeps up: the arrivals alone would need 4, and the age says the target is missed.
-    let history = latency_tick(History::starting_at(at(-5), 5), -5, 15, 5, 10.0, 30.0).history;
-    let history = latency_tick(history, 0, 15, 5, 6.0, 30.0).history;
-    let decision = latency_tick(history, 5, 20, 5, 6.0, 30.0);
+    // 5 readers that reached 10 msg/s each under load now drain 20 msg/s between them, holding
+    // most of a backlog that does not shrink and is more than they drain within the target: the
+    // arrivals and the backlog alone would need 5, and the age says the target is missed.
+    let holding = |second, in_flight, per| Observation {
+        figures: figures(15, in_flight, 0),
+        ..reporting(second, 15, 5, per, 30.0)
+    };
+    let history = decide(&latency_spec(), &holding(-5, 205, 10.0), History::starting_at(at(-5), 5)).history;
+    let history = decide(&latency_spec(), &holding(0, 205, 4.0), history).history;
+    let decision = decide(&latency_spec(), &holding(5, 206, 4.0), history);
     assert_eq!(decision.recommended, 6, "{}", decision.reason);
     assert_eq!(
         decision.reason.to_string(),
-        "backlog 20 needs 6 replicas (targetLatencySeconds 10, oldest message waited 30.0s: one more, \
+        "backlog 221 needs 6 replicas (targetLatencySeconds 10, oldest message waited 30.0s: one more, \
          as the readers are not clearing the backlog within the target)"
     );
 }

@@ -6,14 +6,16 @@
 //! backlog is still clearing and the age the readers report still lags; sized on arrivals plus the
 //! backlog, the fleet asks for what the feed needs once the backlog is gone.
 //!
-//! Why a window: SQS figures are approximate, and a reader's rate covers its last 10 s and reaches
-//! the scaler up to a report interval late. Comparing the backlog across several intervals, and
-//! averaging the drain over the same intervals, keeps one late report from swinging the estimate.
+//! Why a window: SQS figures are approximate, and a reader's rate covers its last 10 s and is
+//! rewritten only when it halves or doubles, or every 30 s; right after a scale-in the survivors
+//! take more each, and the summed drain reads low until they report again. Comparing the backlog
+//! across the intervals of twice that refresh, and averaging the drain over the same intervals,
+//! keeps one stale stretch from halving the estimate.
 
 use k8s_openapi::jiff::Timestamp;
 
 /// How far back the arrival estimate looks, seconds.
-pub const WINDOW_SECONDS: i64 = 20;
+pub const WINDOW_SECONDS: i64 = 60;
 
 /// One interval's backlog and the fleet's summed drain rate, as the scaler saw them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,11 +39,13 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// Whether the fleet is on track for `target_seconds`: the backlog is not growing, and the
-    /// readers get through what is left within the target at the rate they drain.
+    /// Whether the fleet is on track for `target_seconds`: the backlog shrinks, or is small enough
+    /// that the readers get through it within the target at the rate they drain. How fast it must
+    /// shrink is the sizing's backlog term; judged here, a net rate that trails the queue (readers
+    /// just started report nothing yet) would add a replica every interval after a scale-up.
     pub fn keeps_target(&self, backlog: i64, target_seconds: i32) -> bool {
         let Some(net) = self.net else { return false };
-        net >= 0.0 && backlog.max(0) as f64 <= self.drain * f64::from(target_seconds.max(1))
+        net > 0.0 || backlog.max(0) as f64 <= self.drain * f64::from(target_seconds.max(1))
     }
 }
 
@@ -120,9 +124,10 @@ mod tests {
     fn the_target_is_kept_when_the_backlog_shrinks_or_holds_within_it() {
         let flow = |net, drain| Flow { arrival: 25.0, net, drain };
         assert!(flow(Some(45.0), 70.0).keeps_target(375, 10));
-        assert!(flow(Some(0.0), 30.0).keeps_target(20, 10));
-        assert!(!flow(Some(-15.0), 10.0).keeps_target(20, 10), "growing");
-        assert!(!flow(Some(1.0), 10.0).keeps_target(375, 10), "too much left for the drain");
+        assert!(flow(Some(5.0), 10.0).keeps_target(375, 10), "shrinking, if slowly");
+        assert!(flow(Some(-1.0), 30.0).keeps_target(20, 10), "a blip within what the drain clears");
+        assert!(!flow(Some(-15.0), 10.0).keeps_target(375, 10), "growing past the target's worth");
+        assert!(!flow(Some(0.0), 10.0).keeps_target(375, 10), "stuck past the target's worth");
         assert!(!flow(None, 70.0).keeps_target(0, 10), "not measured");
     }
 

@@ -5,8 +5,8 @@
 //! they received in their last interval, so it stays over the target for as long as the backlog
 //! takes to clear, and a rule driven by it keeps adding replicas the feed does not need. Sized on
 //! the arrival rate, the fleet asks for what the feed needs; the age only adds one more when the
-//! fleet is not already on track (the backlog grows, or is more than the target's worth at the
-//! fleet's drain), which covers an estimate that is off.
+//! fleet is not already on track (the backlog does not shrink and is more than the target's worth
+//! at the fleet's drain), which covers an estimate that is off.
 
 use super::flow::Flow;
 use super::reason::{Basis, LatencySizing};

@@ -111,7 +111,7 @@ impl Metrics {
         );
         r.register(
             "arrival_messages_per_second",
-            "Estimated arrival rate: the readers' summed drain plus the backlog's growth over the last 20 s",
+            "Estimated arrival rate: the readers' summed drain plus the backlog's growth over the last 60 s",
             metrics.arrival.clone(),
         );
         r.register("suspended", "1 while spec.suspend holds the readers at 0", metrics.suspended.clone());
