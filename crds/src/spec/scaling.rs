@@ -47,9 +47,9 @@ pub struct ScalingSpec {
     /// rate (the readers' summed drain rate plus the backlog's growth over the last intervals) and
     /// clear the backlog within the target, at 90% of the per-replica rate measured under load.
     /// While the larger reported figure exceeds the target it does not scale in, and adds one more
-    /// replica than that only when the backlog is not already clearing within the target; it scales
-    /// in once the figure is under the target and fewer replicas carry the arrivals. Absent: no
-    /// latency target (depth and `targetDrainSeconds` only).
+    /// replica than that only when the backlog neither shrinks nor is less than the readers drain
+    /// within the target; it scales in once the figure is under the target and fewer replicas carry
+    /// the arrivals. Absent: no latency target (depth and `targetDrainSeconds` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86_400))]
     pub target_latency_seconds: Option<i32>,

@@ -178,7 +178,7 @@ fn needed(
 
 /// The arrival estimate and the per-replica capacity from `history` and this interval, and the
 /// history that remembers this interval for the next.
-fn derive(seen: &Observation, backlog: i64, history: History) -> (Derived, History) {
+fn derive(spec: &ScalingSpec, seen: &Observation, backlog: i64, history: History) -> (Derived, History) {
     let limit_binds = match (seen.rate_limit, seen.drain_per_replica) {
         (Some(limit), Some(rate)) => rate * f64::from(seen.current.max(0)) >= LIMIT_BOUND * limit,
         _ => false,
@@ -186,7 +186,9 @@ fn derive(seen: &Observation, backlog: i64, history: History) -> (Derived, Histo
     let sample = Sample { at: seen.now, backlog, fleet_drain: seen.fleet_drain };
     let flow = flow::estimate(history.samples(), sample);
     let measured = seen.drain_per_replica.filter(|r| r.is_finite() && *r > 0.0 && !limit_binds);
-    let saturated = flow::saturated(seen.figures.visible, seen.fleet_drain);
+    let age = seen.age_seconds.unwrap_or(0.0);
+    let over_target = spec.target_latency_seconds.is_some_and(|target| age > f64::from(target));
+    let saturated = flow::saturated(seen.figures.visible, seen.fleet_drain, over_target);
     let capacity = flow::capacity(history.capacity(), measured, saturated);
     let history = history.record_sample(sample).with_capacity(capacity);
     (Derived { flow, capacity, limit_binds }, history)
@@ -200,7 +202,7 @@ pub fn decide(spec: &ScalingSpec, seen: &Observation, history: History) -> Decis
     let backlog = backlog(spec, &seen.figures);
     let active = backlog > bounds.threshold;
     let history = if active { history.mark_active(now) } else { history };
-    let (derived, history) = derive(seen, backlog, history);
+    let (derived, history) = derive(spec, seen, backlog, history);
     let (wanted, basis) = needed(spec, &bounds, backlog, seen, &derived);
     let arrival_per_second = derived.flow.arrival;
     let (mut recommended, basis) = bounds.clamp(wanted, basis);

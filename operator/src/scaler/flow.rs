@@ -82,10 +82,12 @@ pub fn capacity(kept: Option<f64>, measured: Option<f64>, saturated: bool) -> Op
     }
 }
 
-/// Whether the readers are all taking as much as they can: more messages wait unreceived than
-/// the fleet deletes in a second.
-pub fn saturated(visible: i64, fleet_drain: f64) -> bool {
-    fleet_drain > 0.0 && visible.max(0) as f64 > fleet_drain
+/// Whether the readers are all taking as much as they can: messages waited longer than the
+/// target (`over_target`) and more still wait unreceived than the fleet deletes in a second. Both:
+/// the age alone trails the queue after a backlog cleared, and the summed drain alone reads low
+/// after a scale-in (readers re-report late), when a few waiting messages would pass for a backlog.
+pub fn saturated(visible: i64, fleet_drain: f64, over_target: bool) -> bool {
+    over_target && fleet_drain > 0.0 && visible.max(0) as f64 > fleet_drain
 }
 
 #[cfg(test)]
@@ -139,8 +141,9 @@ mod tests {
         assert_eq!(capacity(Some(6.0), Some(9.0), false), Some(9.0));
         assert_eq!(capacity(Some(9.8), None, true), Some(9.8));
         assert_eq!(capacity(None, None, false), None);
-        assert!(saturated(300, 10.0));
-        assert!(!saturated(8, 25.0));
-        assert!(!saturated(300, 0.0));
+        assert!(saturated(300, 10.0, true));
+        assert!(!saturated(300, 10.0, false), "the age is under the target");
+        assert!(!saturated(8, 25.0, true));
+        assert!(!saturated(300, 0.0, true));
     }
 }
