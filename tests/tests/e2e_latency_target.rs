@@ -5,8 +5,11 @@
 //! replica; only the latency target can. The source starts suspended, so that when it resumes
 //! with one reader the oldest waiting message is already older than the target. The oldest age the
 //! readers report (from SentTimestamp) must push the replicas up, with a decision that names the
-//! target, until the age falls under the target; the count must then hold while the feed goes on.
-//! The age is printed over time.
+//! target, until the age falls under the target; the count must then hold while the feed goes on,
+//! at no more than one reader over what the feed rate needs at the per-reader rate measured in the
+//! run (the rule sizes on the arrival rate, so a backlog that clears and an age that lags behind it
+//! leave no surplus once the stabilization window has passed). The age and replicas are printed
+//! over time.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,17 +29,20 @@ const TARGET_SECONDS: u32 = 10;
 /// Messages sent every [`FEED_EVERY`]: 25 msg/s, about three readers' worth behind this sink.
 const FEED_BATCH: usize = 10;
 const FEED_EVERY: Duration = Duration::from_millis(400);
-const FEED_FOR: Duration = Duration::from_secs(100);
+const FEED_FOR: Duration = Duration::from_secs(130);
 const SINK_LATENCY: Duration = Duration::from_millis(200);
 const MAX_REPLICAS: i32 = 8;
 /// How long the queue is fed while the source is suspended: longer than the target.
 const PRELOAD: Duration = Duration::from_secs(15);
+/// Short enough that the surplus the preloaded backlog called for is shed within the feed.
+const STABILIZATION_SECONDS: u32 = 20;
 
 fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, suspend: bool) -> String {
     SourceYaml::behind_slow_sink(SOURCE, &queue.url, endpoint, sink, MAX_REPLICAS)
         .suspend(suspend)
         .target_drain(3_600)
         .target_latency(TARGET_SECONDS)
+        .scale_down_stabilization(STABILIZATION_SECONDS)
         .yaml()
 }
 
@@ -54,12 +60,14 @@ fn feed(queue: TestQueue, stop: CancellationToken) -> tokio::task::JoinHandle<Re
 }
 
 /// One sample: seconds since the feed started, replicas, the largest oldest age and p99 delivery
-/// wait any reader reported (seconds), and the last scale reason.
+/// wait any reader reported (seconds), the mean drain rate of the readers that report one, and the
+/// last scale reason.
 struct Sample {
     at: f64,
     replicas: i32,
     oldest: Option<f64>,
     p99: Option<f64>,
+    per_reader: Option<f64>,
     reason: String,
 }
 
@@ -75,8 +83,33 @@ async fn sample(system: &System, start: Instant) -> Result<Sample> {
         replicas: system.reader_replicas(SOURCE).await?.unwrap_or(-1),
         oldest: max(|r| r.oldest_age_milliseconds),
         p99: max(|r| r.delivery_wait_p99_milliseconds),
+        per_reader: mean_rate(&status.readers),
         reason: status.last_scale_reason.unwrap_or_default(),
     })
+}
+
+/// Mean msg/s of the readers reporting a positive drain rate.
+fn mean_rate(readers: &[sluice_crds::ReaderHeld]) -> Option<f64> {
+    let rates: Vec<f64> = readers
+        .iter()
+        .filter(|r| r.drain_millis_per_second > 0)
+        .map(|r| r.drain_millis_per_second as f64 / 1000.0)
+        .collect();
+    (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+}
+
+/// What one reader drains when it has more than it can take: the median of the samples' mean rates
+/// while the oldest age was over the target (a backlog waited), else of all samples.
+fn per_reader_rate(samples: &[Sample], target: f64) -> Option<f64> {
+    let loaded: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.oldest.is_some_and(|a| a > target))
+        .filter_map(|s| s.per_reader)
+        .collect();
+    let mut rates =
+        if loaded.is_empty() { samples.iter().filter_map(|s| s.per_reader).collect() } else { loaded };
+    rates.sort_by(f64::total_cmp);
+    rates.get(rates.len() / 2).copied()
 }
 
 fn show(v: Option<f64>) -> String {
@@ -112,15 +145,24 @@ async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_hol
         "feeding {} msg/s for {FEED_FOR:?}; target {TARGET_SECONDS}s; one reader drains about 2 / {SINK_LATENCY:?}",
         FEED_BATCH as f64 / FEED_EVERY.as_secs_f64()
     );
-    println!("  time  replicas  oldest-age  p99-wait  last scale reason");
+    println!("  time  replicas  oldest-age  p99-wait  per-reader  last scale reason");
     let mut samples = Vec::new();
     while start.elapsed() < FEED_FOR {
         let s = sample(&system, start).await?;
-        println!("{:6.1}s  {:8}  {:>10}  {:>8}  {}", s.at, s.replicas, show(s.oldest), show(s.p99), s.reason);
+        let rate = s.per_reader.map_or_else(|| "-".to_owned(), |r| format!("{r:.1}/s"));
+        println!(
+            "{:6.1}s  {:8}  {:>10}  {:>8}  {rate:>10}  {}",
+            s.at,
+            s.replicas,
+            show(s.oldest),
+            show(s.p99),
+            s.reason
+        );
         samples.push(s);
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     stop.cancel();
+    let fed_for = start.elapsed().as_secs_f64();
     let sent = feeding.await??;
     println!("sent {sent}; sink {} distinct", sink.stats().distinct);
 
@@ -164,6 +206,20 @@ async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_hol
     assert!(
         over.is_empty(),
         "the oldest age rose past twice the target again while the count held at: {over:?}"
+    );
+    let feed_rate = sent as f64 / fed_for;
+    let Some(per_reader) = per_reader_rate(&samples, target) else {
+        bail!("no reader reported a drain rate");
+    };
+    let needs = (feed_rate / per_reader).ceil() as i32;
+    let settled_at = samples[last_change].replicas;
+    println!(
+        "fed {feed_rate:.1} msg/s; one reader drained {per_reader:.1} msg/s under load, so the feed needs {needs}; \
+         settled at {settled_at}"
+    );
+    assert!(
+        settled_at <= needs + 1,
+        "settled at {settled_at} replicas where {feed_rate:.1} msg/s at {per_reader:.1} msg/s per reader needs {needs}"
     );
 
     drop(system);

@@ -41,12 +41,15 @@ pub struct ScalingSpec {
     #[serde(default = "default_target_drain_seconds")]
     #[schemars(range(min = 1, max = 86_400))]
     pub target_drain_seconds: i32,
-    /// A delivery latency target in seconds, 1-86400: the readers report the age of the oldest
+    /// A delivery latency target in seconds, 1-86400. The readers report the age of the oldest
     /// message they received (from its SentTimestamp) and the 99th percentile of the time from
-    /// sending to hand-off to the sinks; while the larger exceeds this target, the autoscaler adds
-    /// replicas (as many as clear the backlog within the target at the measured per-replica drain
-    /// rate, at least one more), and it scales in only to a count that still clears the backlog
-    /// within the target. Absent: no latency target (depth and `targetDrainSeconds` only).
+    /// sending to hand-off to the sinks. The autoscaler runs enough replicas to take the arrival
+    /// rate (the readers' summed drain rate plus the backlog's growth over the last intervals) and
+    /// clear the backlog within the target, at 90% of the per-replica rate measured under load.
+    /// While the larger reported figure exceeds the target it does not scale in, and adds one more
+    /// replica than that only when the backlog neither shrinks nor is less than the readers drain
+    /// within the target; it scales in once the figure is under the target and fewer replicas carry
+    /// the arrivals. Absent: no latency target (depth and `targetDrainSeconds` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86_400))]
     pub target_latency_seconds: Option<i32>,

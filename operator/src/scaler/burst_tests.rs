@@ -59,6 +59,7 @@ fn play(spec: &ScalingSpec, world: &World, burst: i64, seconds: i64) -> Trace {
                 figures,
                 current: replicas,
                 drain_per_replica: None,
+                fleet_drain: 0.0,
                 age_seconds: None,
                 rate_limit: None,
                 now,

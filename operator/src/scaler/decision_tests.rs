@@ -18,6 +18,7 @@ fn seen(visible: i64, current: i32, second: i64) -> Observation {
         figures: figures(visible, 0, 0),
         current,
         drain_per_replica: None,
+        fleet_drain: 0.0,
         age_seconds: None,
         rate_limit: None,
         now: at(second),
@@ -122,6 +123,7 @@ fn keda_aws_sqs_queue_formula_is_a_special_case() {
             figures: figures(k.visible, k.in_flight, k.delayed),
             current: k.current,
             drain_per_replica: None,
+            fleet_drain: 0.0,
             age_seconds: None,
             rate_limit: None,
             now: at(0),
@@ -184,56 +186,6 @@ fn drain_rate_raises_when_readers_are_too_slow() {
     // targetDrainSeconds 0 switches the raise off.
     let off = ScalingSpec { target_drain_seconds: 0, ..base };
     assert_eq!(decide(&off, &observation, History::default()).desired, 6);
-}
-
-#[test]
-fn a_latency_target_adds_replicas_while_the_age_is_above_it_and_holds_them_while_they_are_needed() {
-    // 600 messages, depth alone wants 1 (per replica 1000); drain target off in effect (3600 s).
-    let base = ScalingSpec {
-        target_messages_per_replica: 1000,
-        target_drain_seconds: 3600,
-        target_latency_seconds: Some(10),
-        max_replicas: 20,
-        ..spec()
-    };
-    let at_age = |age: Option<f64>, rate: Option<f64>, current: i32| Observation {
-        age_seconds: age,
-        drain_per_replica: rate,
-        ..seen(600, current, 0)
-    };
-    // (age, rate, current, recommended): 600 / (10 msg/s x 10 s) = 6 whatever the age; above the
-    // target at least one more than running; no rate: one more at a time.
-    let cases: [(Option<f64>, Option<f64>, i32, i32); 6] = [
-        (Some(30.0), Some(10.0), 2, 6),
-        (Some(30.0), Some(10.0), 6, 7),
-        (Some(5.0), Some(10.0), 8, 6),
-        (Some(30.0), None, 2, 3),
-        (None, None, 2, 1),
-        (Some(5.0), Some(100.0), 3, 1),
-    ];
-    for (age, rate, current, recommended) in cases {
-        let decision = decide(&base, &at_age(age, rate, current), History::default());
-        assert_eq!(
-            decision.recommended, recommended,
-            "age {age:?} rate {rate:?} at {current}: {}",
-            decision.reason
-        );
-    }
-    let decision = decide(&base, &at_age(Some(30.0), Some(10.0), 2), History::default());
-    assert_eq!(
-        decision.reason.to_string(),
-        "backlog 600 needs 6 replicas (oldest message waited 30.0s against targetLatencySeconds 10)"
-    );
-    // Capped by maxReplicas, the reason still names the rule that asked for more.
-    let capped = ScalingSpec { max_replicas: 4, ..base };
-    let decision = decide(&capped, &at_age(Some(30.0), Some(10.0), 2), History::default());
-    assert_eq!(
-        decision.reason.to_string(),
-        "backlog 600 needs 4 replicas (maxReplicas; the targetLatencySeconds asked for 6)"
-    );
-    // Without a target the age changes nothing.
-    let off = ScalingSpec { target_latency_seconds: None, ..base };
-    assert_eq!(decide(&off, &at_age(Some(30.0), Some(10.0), 2), History::default()).recommended, 1);
 }
 
 #[test]
@@ -387,4 +339,221 @@ fn steady_when_the_count_is_right() {
     let decision = decide(&spec(), &seen(450, 5, 0), History::default());
     assert!(!decision.changes(5));
     assert_eq!((decision.desired, decision.reason), (5, Reason::Steady { backlog: 450, recommended: 5 }));
+}
+
+/// A latency target of 10 s with nothing else sizing: depth wants 1, the drain target is off in effect.
+fn latency_spec() -> ScalingSpec {
+    ScalingSpec {
+        target_messages_per_replica: 1_000_000,
+        target_drain_seconds: 3600,
+        target_latency_seconds: Some(10),
+        max_replicas: 20,
+        scale_down_stabilization_seconds: 30,
+        ..spec()
+    }
+}
+
+/// A queue fed at a steady rate, read by readers of a fixed capacity, second by second: what the
+/// scaler sees lags as it does in a cluster (readers start a few seconds after the Deployment grows,
+/// and report their rate and the oldest age they received some seconds late).
+struct Feed {
+    per_second: i64,
+    /// Messages one reader deletes per second at most.
+    capacity: i64,
+    startup: i64,
+    /// Seconds by which the reported age and rates trail the queue.
+    report_lag: usize,
+    /// Messages already waiting at 0 s, each `preload_age` seconds old.
+    preload: i64,
+    preload_age: i64,
+}
+
+/// (second, replicas) at each poll, and the replicas' reasons at each change.
+fn play_feed(spec: &ScalingSpec, feed: &Feed, seconds: i64) -> (Vec<(i64, i32)>, Vec<String>) {
+    let poll = i64::from(spec.poll_interval_seconds);
+    // Waiting messages, oldest first: (sent at second, count).
+    let mut queue = std::collections::VecDeque::from([(-feed.preload_age, feed.preload)]);
+    let (mut replicas, mut ready, mut starting) = (1, 1, Vec::<i64>::new());
+    // Per second: (age at receive of the oldest taken, fleet drain, per busy reader).
+    let mut reports: Vec<(i64, f64, Option<f64>)> = Vec::new();
+    let mut history = History::starting_at(at(0), 1);
+    let (mut polls, mut reasons) = (Vec::new(), Vec::new());
+    for second in 0..seconds {
+        queue.push_back((second, feed.per_second));
+        ready += starting.iter().filter(|&&t| t == second).count() as i32;
+        starting.retain(|&t| t > second);
+        let oldest = queue.front().map_or(0, |(sent, _)| second - sent);
+        let mut room = i64::from(ready) * feed.capacity;
+        let taken_total = room;
+        while room > 0
+            && let Some((sent, count)) = queue.pop_front()
+        {
+            let taken = count.min(room);
+            room -= taken;
+            if taken < count {
+                queue.push_front((sent, count - taken));
+            }
+        }
+        let taken = taken_total - room;
+        let per_busy = (taken > 0).then(|| taken as f64 / f64::from(ready));
+        reports.push((oldest, taken as f64, per_busy));
+        if second % poll == 0 && second > 0 {
+            let (age, fleet_drain, per) = reports[reports.len().saturating_sub(1 + feed.report_lag)];
+            let visible = queue.iter().map(|(_, c)| c).sum();
+            let seen = Observation {
+                drain_per_replica: per,
+                fleet_drain,
+                age_seconds: Some(age as f64),
+                ..seen(visible, replicas, second)
+            };
+            let decision = decide(spec, &seen, history);
+            history = decision.history;
+            if decision.desired > replicas {
+                starting.extend((replicas..decision.desired).map(|_| second + feed.startup));
+            } else if decision.desired < replicas {
+                ready -= replicas - decision.desired;
+            }
+            if decision.desired != replicas {
+                reasons.push(format!("{second}s {replicas} -> {}: {}", decision.desired, decision.reason));
+            }
+            replicas = decision.desired;
+            polls.push((second, replicas));
+        }
+    }
+    (polls, reasons)
+}
+
+#[test]
+fn a_steady_feed_above_one_readers_rate_settles_at_the_count_the_arrivals_need() {
+    // 25 msg/s at 10 msg/s per reader: ceil(25 / (10 x 0.9)) = 3.
+    let feed = Feed { per_second: 25, capacity: 10, startup: 3, report_lag: 5, preload: 0, preload_age: 0 };
+    let (polls, reasons) = play_feed(&latency_spec(), &feed, 300);
+    let peak = polls.iter().map(|(_, r)| *r).max().unwrap_or(0);
+    assert!(peak <= 4, "overshot to {peak}: {reasons:#?}");
+    let settled: Vec<i32> = polls.iter().filter(|(s, _)| *s >= 120).map(|(_, r)| *r).collect();
+    assert!(settled.iter().all(|r| *r == 3), "{settled:?}: {reasons:#?}");
+}
+
+#[test]
+fn a_burst_clears_then_the_fleet_scales_in_to_what_the_feed_needs() {
+    // 15 s of the feed waiting when one reader starts: (25 + 375 / 10) / 9 = 7 to clear it within the
+    // target, then 3 once the age is under the target and the stabilization window has passed.
+    let feed =
+        Feed { per_second: 25, capacity: 10, startup: 3, report_lag: 5, preload: 375, preload_age: 15 };
+    let (polls, reasons) = play_feed(&latency_spec(), &feed, 300);
+    let peak = polls.iter().map(|(_, r)| *r).max().unwrap_or(0);
+    assert!((5..=8).contains(&peak), "peak {peak}: {reasons:#?}");
+    let ups: Vec<&String> = reasons.iter().filter(|r| r.contains("msg/s arriving")).collect();
+    assert!(!ups.is_empty(), "no decision sized on the arrival rate: {reasons:#?}");
+    let settled: Vec<i32> = polls.iter().filter(|(s, _)| *s >= 150).map(|(_, r)| *r).collect();
+    assert!(settled.iter().all(|r| *r == 3), "{settled:?}: {reasons:#?}");
+    // Up, then only down: no replica added after the first scale-in.
+    let first_down = polls.windows(2).position(|w| w[1].1 < w[0].1).expect("scaled in");
+    assert!(polls[first_down..].windows(2).all(|w| w[1].1 <= w[0].1), "{reasons:#?}");
+}
+
+/// Decides at `second` with `visible` waiting and `current` readers reporting `per` msg/s each.
+fn latency_tick(history: History, second: i64, visible: i64, current: i32, per: f64, age: f64) -> Decision {
+    decide(&latency_spec(), &reporting(second, visible, current, per, age), history)
+}
+
+fn reporting(second: i64, visible: i64, current: i32, per: f64, age: f64) -> Observation {
+    Observation {
+        drain_per_replica: Some(per),
+        fleet_drain: per * f64::from(current),
+        age_seconds: Some(age),
+        ..seen(visible, current, second)
+    }
+}
+
+#[test]
+fn a_lagging_age_does_not_keep_adding_replicas() {
+    // 7 readers at 10 msg/s clear the backlog by 45 msg/s (25 msg/s arrive) while the age they
+    // report is still that of the backlog: each interval holds 7, none adds an eighth; once idle
+    // moments make the readers' rates read lower, the rate reached under load is kept.
+    let mut history = latency_tick(History::starting_at(at(-5), 7), -5, 525, 7, 10.0, 30.0).history;
+    let rows: [(i64, i64, f64, f64, f64, i32); 6] = [
+        // (second, visible, per-reader rate, fleet drain, reported age, recommended)
+        (0, 300, 10.0, 70.0, 30.0, 7),
+        (5, 75, 10.0, 70.0, 28.0, 7),
+        // The backlog is gone; the age reported still trails it.
+        (10, 10, 6.0, 40.0, 24.0, 7),
+        (15, 10, 6.0, 25.0, 19.0, 7),
+        (20, 10, 6.0, 25.0, 14.0, 7),
+        // Under the target: what the arrivals need, ceil((25 + 1) / 9).
+        (25, 10, 6.0, 25.0, 2.0, 3),
+    ];
+    for (second, visible, per, fleet_drain, age, recommended) in rows {
+        let seen = Observation { fleet_drain, ..reporting(second, visible, 7, per, age) };
+        let decision = decide(&latency_spec(), &seen, history);
+        assert_eq!(decision.recommended, recommended, "at {second}s: {}", decision.reason);
+        history = decision.history;
+    }
+}
+
+#[test]
+fn over_the_target_and_not_on_track_one_more_is_added() {
+    // 5 readers that reached 10 msg/s each under load now drain 20 msg/s between them, holding
+    // most of a backlog that does not shrink and is more than they drain within the target: the
+    // arrivals and the backlog alone would need 5, and the age says the target is missed.
+    let holding = |second, in_flight, per| Observation {
+        figures: figures(15, in_flight, 0),
+        ..reporting(second, 15, 5, per, 30.0)
+    };
+    let history = decide(&latency_spec(), &holding(-5, 205, 10.0), History::starting_at(at(-5), 5)).history;
+    let history = decide(&latency_spec(), &holding(0, 205, 4.0), history).history;
+    let decision = decide(&latency_spec(), &holding(5, 206, 4.0), history);
+    assert_eq!(decision.recommended, 6, "{}", decision.reason);
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 221 needs 6 replicas (targetLatencySeconds 10, oldest message waited 30.0s: one more, \
+         as the readers are not clearing the backlog within the target)"
+    );
+}
+
+#[test]
+fn latency_decisions_name_the_arrival_rate_and_the_per_replica_rate() {
+    let history = latency_tick(History::starting_at(at(0), 1), 0, 300, 1, 10.0, 15.0).history;
+    let decision = latency_tick(history.clone(), 5, 375, 1, 10.0, 15.0);
+    // 10 drained + 15 msg/s growth = 25 arriving; (25 + 37.5) / 9 -> 7.
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 375 needs 7 replicas (targetLatencySeconds 10, oldest message waited 15.0s: 25.0 msg/s \
+         arriving plus the backlog within the target, at 10.0 msg/s per replica)"
+    );
+    // No rate measured: one at a time while over the target, nothing asked while under it.
+    let blind = |age| Observation { age_seconds: Some(age), ..seen(300, 2, 0) };
+    assert_eq!(decide(&latency_spec(), &blind(30.0), History::default()).recommended, 3);
+    assert_eq!(decide(&latency_spec(), &blind(5.0), History::default()).recommended, 1);
+    // Capped by maxReplicas, the reason still names the rule that asked for more.
+    let capped = ScalingSpec { max_replicas: 4, ..latency_spec() };
+    let decision = decide(&capped, &reporting(5, 375, 1, 10.0, 15.0), history.clone());
+    assert_eq!(
+        decision.reason.to_string(),
+        "backlog 375 needs 4 replicas (maxReplicas; the targetLatencySeconds asked for 7)"
+    );
+    // Without a target the age changes nothing.
+    let off = ScalingSpec { target_latency_seconds: None, ..latency_spec() };
+    assert_eq!(decide(&off, &reporting(5, 375, 1, 10.0, 15.0), history).recommended, 1);
+}
+
+#[test]
+fn a_binding_source_rate_limit_adds_no_replicas_for_latency() {
+    // 3 readers at 10 msg/s under a 30 msg/s limit: the limit, not the count, bounds the drain.
+    let limited = |second, visible| Observation {
+        drain_per_replica: Some(10.0),
+        fleet_drain: 30.0,
+        age_seconds: Some(60.0),
+        rate_limit: Some(30.0),
+        ..seen(visible, 3, second)
+    };
+    let mut history = History::starting_at(at(0), 3);
+    for (second, visible) in [(0, 1000), (5, 1100), (10, 1200)] {
+        let decision = decide(&latency_spec(), &limited(second, visible), history);
+        assert_eq!(decision.desired, 3, "at {second}s: {}", decision.reason);
+        history = decision.history;
+    }
+    // Well under the limit the same figures do add.
+    let unbound = Observation { rate_limit: Some(1000.0), ..limited(15, 1300) };
+    assert!(decide(&latency_spec(), &unbound, history).desired > 3);
 }

@@ -1,16 +1,23 @@
 //! What a scaling decision has to remember from earlier ones: recent recommendations (scale down uses the
 //! highest within `scaleDownStabilizationSeconds`, as the HorizontalPodAutoscaler does, so a queue that
 //! empties between bursts does not make the fleet flap) and when the backlog was last above the
-//! activation threshold (scale to zero waits `idleCooldownSeconds` after it).
+//! activation threshold (scale to zero waits `idleCooldownSeconds` after it). For a latency target, also
+//! the backlog and the fleet's drain of the last intervals (the arrival rate is estimated from how the
+//! backlog changed between them) and the per-replica rate the readers reached under full load.
 //!
 //! It is a plain value handed in and returned by `decide`, so the decision stays a pure function.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::flow::{self, Sample};
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
     recommendations: Vec<(Timestamp, i32)>,
     last_active: Option<Timestamp>,
+    /// Within `flow::WINDOW_SECONDS`, oldest first.
+    samples: Vec<Sample>,
+    capacity: Option<f64>,
 }
 
 impl History {
@@ -18,7 +25,7 @@ impl History {
     /// queue as active now: without this, an operator restart would scale down at once instead of after
     /// the stabilization window, and an idle source to zero at once instead of after the cooldown.
     pub fn starting_at(now: Timestamp, current: i32) -> Self {
-        Self { recommendations: vec![(now, current)], last_active: Some(now) }
+        Self { recommendations: vec![(now, current)], last_active: Some(now), ..Self::default() }
     }
 
     /// When the backlog was last above the activation threshold; `None` means never, i.e. idle forever.
@@ -51,6 +58,29 @@ impl History {
         self
     }
 
+    /// Adds this interval's sample and forgets those older than the arrival window.
+    pub(super) fn record_sample(mut self, sample: Sample) -> Self {
+        let window = SignedDuration::from_secs(flow::WINDOW_SECONDS);
+        self.samples.retain(|s| sample.at.duration_since(s.at) < window);
+        self.samples.push(sample);
+        self
+    }
+
+    /// Earlier intervals' samples within the arrival window, oldest first.
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+
+    pub(super) fn with_capacity(mut self, capacity: Option<f64>) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// The per-replica rate to plan with (see `flow::capacity`); `None` until a reader reported one.
+    pub fn capacity(&self) -> Option<f64> {
+        self.capacity
+    }
+
     /// The highest recommendation kept, if any.
     pub fn highest(&self) -> Option<i32> {
         self.recommendations.iter().map(|(_, r)| *r).max()
@@ -81,6 +111,14 @@ mod tests {
     fn zero_window_keeps_only_the_latest() {
         let history = History::default().record(at(0), 9, 0).record(at(5), 2, 0);
         assert_eq!(history.recommendations(), &[(at(5), 2)]);
+    }
+
+    #[test]
+    fn samples_older_than_the_arrival_window_are_forgotten() {
+        let sample = |second, backlog| Sample { at: at(second), backlog, fleet_drain: 10.0 };
+        let history = History::default().record_sample(sample(0, 5)).record_sample(sample(10, 6));
+        let history = history.record_sample(sample(flow::WINDOW_SECONDS, 7));
+        assert_eq!(history.samples(), &[sample(10, 6), sample(flow::WINDOW_SECONDS, 7)]);
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub struct Metrics {
     poll_errors: Family<SourceLabels, Counter>,
     queue_read_errors: Family<SourceLabels, Counter>,
     message_age: Family<SourceLabels, FloatGauge>,
+    arrival: Family<SourceLabels, FloatGauge>,
     suspended: Family<SourceLabels, Gauge>,
 }
 
@@ -108,6 +109,11 @@ impl Metrics {
             "The larger of the oldest message age at receive and the p99 delivery wait the readers reported (0: none)",
             metrics.message_age.clone(),
         );
+        r.register(
+            "arrival_messages_per_second",
+            "Estimated arrival rate: the readers' summed drain plus the backlog's growth over the last 60 s",
+            metrics.arrival.clone(),
+        );
         r.register("suspended", "1 while spec.suspend holds the readers at 0", metrics.suspended.clone());
         metrics
     }
@@ -139,6 +145,7 @@ impl Metrics {
         self.current.get_or_create(labels).set(i64::from(current));
         self.recommended.get_or_create(labels).set(i64::from(decision.recommended));
         self.desired.get_or_create(labels).set(i64::from(decision.desired));
+        self.arrival.get_or_create(labels).set(decision.arrival_per_second);
         if let Some(reason) = decision.reason.event_reason() {
             let labels = ChangeLabels {
                 namespace: labels.namespace.clone(),
@@ -178,6 +185,7 @@ impl Metrics {
         }
         self.drain_per_replica.remove(labels);
         self.message_age.remove(labels);
+        self.arrival.remove(labels);
     }
 }
 
@@ -201,6 +209,7 @@ mod tests {
             figures: figures.clone(),
             current: 2,
             drain_per_replica: Some(2.5),
+            fleet_drain: 5.0,
             age_seconds: None,
             rate_limit: None,
             now: Timestamp::UNIX_EPOCH,

@@ -11,7 +11,9 @@ pub mod apply;
 pub mod attributes;
 pub mod decision;
 pub mod drain;
+pub mod flow;
 pub mod history;
+mod latency;
 pub mod metrics;
 pub mod reaction;
 pub mod reason;
@@ -39,7 +41,7 @@ pub use attributes::{QueueAttributes, SqsQueueAttributes};
 pub use decision::{Decision, Observation, backlog, decide};
 pub use history::History;
 pub use metrics::Metrics;
-pub use reason::{Basis, Reason};
+pub use reason::{Basis, LatencySizing, Reason};
 use task::{Context, run_source};
 
 use crate::access::ApiCall;

@@ -6,6 +6,18 @@
 
 use std::fmt;
 
+/// How the latency target sized its recommendation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LatencySizing {
+    /// ceil((arrival + backlog / target) / (per-replica rate x planned utilisation)).
+    Arrival { arrival_per_second: f64, per_replica_per_second: f64 },
+    /// The age is over the target and the fleet is not clearing the backlog within it, or no rate
+    /// is measured yet: one more than running.
+    OneMore,
+    /// The source-wide rate limit bounds the drain: the count running is held.
+    RateLimited,
+}
+
 /// What sized the recommendation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Basis {
@@ -13,9 +25,9 @@ pub enum Basis {
     Backlog { per_replica: i64 },
     /// The readers' measured drain rate cannot clear the backlog within `targetDrainSeconds`.
     DrainRate { per_replica_per_second: f64, drain_seconds: i32 },
-    /// The reported age is above `targetLatencySeconds`, or fewer replicas could not clear the
-    /// backlog within it at the measured rate.
-    Latency { age_seconds: f64, target_seconds: i32 },
+    /// `targetLatencySeconds`: what arrives plus the backlog within the target, or one more while the
+    /// reported age is over it and the fleet is not on track.
+    Latency { age_seconds: f64, target_seconds: i32, sizing: LatencySizing },
     /// Held up by `minReplicas`.
     MinReplicas,
     /// Held down by `maxReplicas`: the rule named `over` asked for `wanted`.
@@ -43,10 +55,24 @@ impl fmt::Display for Basis {
                 f,
                 "readers drain {per_replica_per_second:.1} msg/s each, too slow to clear it within {drain_seconds}s"
             ),
-            Self::Latency { age_seconds, target_seconds } => write!(
-                f,
-                "oldest message waited {age_seconds:.1}s against targetLatencySeconds {target_seconds}"
-            ),
+            Self::Latency { age_seconds, target_seconds, sizing } => {
+                write!(
+                    f,
+                    "targetLatencySeconds {target_seconds}, oldest message waited {age_seconds:.1}s: "
+                )?;
+                match sizing {
+                    LatencySizing::Arrival { arrival_per_second, per_replica_per_second } => write!(
+                        f,
+                        "{arrival_per_second:.1} msg/s arriving plus the backlog within the target, at {per_replica_per_second:.1} msg/s per replica"
+                    ),
+                    LatencySizing::OneMore => {
+                        f.write_str("one more, as the readers are not clearing the backlog within the target")
+                    }
+                    LatencySizing::RateLimited => {
+                        f.write_str("held, as the source's rateLimit bounds the drain")
+                    }
+                }
+            }
             Self::MinReplicas => f.write_str("minReplicas"),
             Self::MaxReplicas { wanted, over } => write!(f, "maxReplicas; the {over} asked for {wanted}"),
         }

@@ -109,6 +109,7 @@ pub async fn tick(
         figures: figures.clone(),
         current,
         drain_per_replica: drain.per_replica,
+        fleet_drain: drain.total,
         age_seconds: max_of(drain.oldest_age_seconds, drain.delivery_wait_p99_seconds),
         rate_limit,
         now,
