@@ -5,10 +5,10 @@
 //! replica; only the latency target can. The source starts suspended, so that when it resumes
 //! with one reader the oldest waiting message is already older than the target. The oldest age the
 //! readers report (from SentTimestamp) must push the replicas up, with a decision that names the
-//! target, until the age falls under the target; the count must then hold while the feed goes on,
-//! at no more than one reader over what the feed rate needs at the per-reader rate measured in the
-//! run (the rule sizes on the arrival rate, so a backlog that clears and an age that lags behind it
-//! leave no surplus once the stabilization window has passed). The age and replicas are printed
+//! target, until the age falls under the target; the target must then hold while the feed goes on,
+//! with the fleet ending within one reader of what the feed rate needs at the per-reader rate
+//! measured in the run (the rule sizes on the arrival rate, so a backlog that clears and an age that
+//! lags behind it leave no surplus once the stabilization window has passed). The age and replicas are printed
 //! over time.
 
 use std::path::Path;
@@ -174,52 +174,42 @@ async fn a_latency_target_adds_readers_until_the_oldest_age_is_under_it_then_hol
     assert!(over_at.is_some(), "the oldest age never exceeded the target: the scenario did not test it");
     let peak = samples.iter().map(|s| s.replicas).max().unwrap_or(0);
     assert!(peak > 1, "replicas never rose above 1");
-    // The last change of replicas, then the age under the target from there to the end.
-    let last_change = (1..samples.len())
-        .rev()
-        .find(|&i| samples[i].replicas != samples[i - 1].replicas)
-        .unwrap_or(first_up);
-    let settled = &samples[last_change..];
-    let under = settled.iter().position(|s| s.oldest.is_some_and(|a| a < target));
-    let Some(under) = under else {
-        bail!(
-            "after the last scale (to {}) the oldest age never fell under {target}s",
-            samples[last_change].replicas
-        );
+    // From the first sample under the target on, the target must hold to the end of the feed, and
+    // the fleet must sit within one reader of what the feed needs: the surplus the preloaded backlog
+    // called for is shed, and a scale-in made on a reader's not yet refreshed rate may step one
+    // below and back, but never leaves the band or lets the age run away.
+    let Some(under) = (first_up..samples.len()).find(|&i| samples[i].oldest.is_some_and(|a| a < target))
+    else {
+        bail!("the oldest age never fell under {target}s; logs under {}", system.state_dir().display());
     };
-    let held_for = settled.last().map_or(0.0, |s| s.at) - settled[under].at;
+    let tail = &samples[under..];
+    let held_for = tail.last().map_or(0.0, |s| s.at) - tail[0].at;
     println!(
-        "replicas rose to {peak} (first latency decision at {:.1}s, last change at {:.1}s); the oldest age fell under \
-         {target}s at {:.1}s and the count held for the remaining {held_for:.1}s of the feed",
-        samples[first_up].at, samples[last_change].at, settled[under].at
+        "replicas rose to {peak} (first latency decision at {:.1}s); the oldest age fell under {target}s at \
+         {:.1}s and the target held for the remaining {held_for:.1}s of the feed",
+        samples[first_up].at, tail[0].at
     );
-    let tail = &settled[under..];
-    assert!(
-        tail.len() >= 5,
-        "the count did not hold for at least 5 samples after the age fell under the target"
-    );
+    assert!(tail.len() >= 5, "the age fell under the target only {held_for:.1}s before the feed ended");
     let over: Vec<String> = tail
         .iter()
         .filter(|s| s.oldest.is_some_and(|a| a > 2.0 * target))
         .map(|s| format!("{:.1}s", s.at))
         .collect();
-    assert!(
-        over.is_empty(),
-        "the oldest age rose past twice the target again while the count held at: {over:?}"
-    );
+    assert!(over.is_empty(), "the oldest age rose past twice the target again at: {over:?}");
     let feed_rate = sent as f64 / fed_for;
     let Some(per_reader) = per_reader_rate(&samples, target) else {
         bail!("no reader reported a drain rate");
     };
     let needs = (feed_rate / per_reader).ceil() as i32;
-    let settled_at = samples[last_change].replicas;
+    let last: Vec<i32> = samples.iter().rev().take(5).map(|s| s.replicas).collect();
     println!(
         "fed {feed_rate:.1} msg/s; one reader drained {per_reader:.1} msg/s under load, so the feed needs {needs}; \
-         settled at {settled_at}"
+         the last five samples had {last:?} replicas"
     );
     assert!(
-        settled_at <= needs + 1,
-        "settled at {settled_at} replicas where {feed_rate:.1} msg/s at {per_reader:.1} msg/s per reader needs {needs}"
+        last.iter().all(|&r| (needs - 1..=needs + 1).contains(&r)),
+        "the fleet ended at {last:?} replicas where {feed_rate:.1} msg/s at {per_reader:.1} msg/s per reader needs \
+         {needs} (one more or one fewer allowed)"
     );
 
     drop(system);
