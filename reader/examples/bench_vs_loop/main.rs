@@ -28,6 +28,7 @@
 mod baseline;
 mod child;
 mod peers;
+mod probe;
 mod proc_stat;
 mod queue;
 mod report;
@@ -70,12 +71,16 @@ enum Cmd {
 
 #[derive(Args)]
 struct ProbeArgs {
-    #[arg(long, default_value_t = 50)]
-    rtt_ms: u64,
-    #[arg(long, default_value_t = 20)]
+    /// Round trips (ms) the proxy adds, each probed in turn.
+    #[arg(long, value_delimiter = ',', default_value = "50")]
+    rtt_ms: Vec<u64>,
+    #[arg(long, default_value_t = 40)]
     calls: usize,
     #[arg(long, env = "SLUICE_LOCALSTACK_ENDPOINT", default_value = "http://127.0.0.1:4566")]
     endpoint: String,
+    /// `localstack` (the endpoint above) or `standin` (started in this process).
+    #[arg(long, default_value = "localstack")]
+    backend: Backend,
 }
 
 #[derive(Args, Clone)]
@@ -169,25 +174,40 @@ async fn main() -> Result<(), String> {
             println!("{calls} calls, mean {:.3} ms, max {:.1} ms", mean_us / 1000.0, max_us / 1000.0);
             Ok(())
         }
-        Cmd::Probe(a) => {
-            let proxy = rtt::proxy(&a.endpoint, Duration::from_millis(a.rtt_ms), None).await?;
-            for endpoint in [a.endpoint.clone(), proxy.url()] {
-                let ms = call_ms(&queue::client(&endpoint), a.calls).await?;
-                println!("{endpoint}: ListQueues median {ms:.1} ms");
-            }
-            Ok(())
-        }
+        Cmd::Probe(a) => probe(a).await,
     }
 }
 
-async fn compare(mut args: CompareArgs) -> Result<(), String> {
-    let standin = match args.backend {
-        Backend::Standin => Some(standin::start().await?),
-        Backend::Localstack => None,
-    };
-    if let Some(s) = &standin {
-        args.endpoint = s.url.clone();
+/// The stand-in SQS when asked for (its URL replaces `endpoint`); LocalStack needs nothing started.
+async fn start_backend(backend: Backend, endpoint: &mut String) -> Result<Option<standin::StandIn>, String> {
+    if backend == Backend::Localstack {
+        return Ok(None);
     }
+    let standin = standin::start().await?;
+    *endpoint = standin.url.clone();
+    Ok(Some(standin))
+}
+
+async fn probe(mut a: ProbeArgs) -> Result<(), String> {
+    // Its own-time figures are not printed here; the server runs until the process ends.
+    let _standin = start_backend(a.backend, &mut a.endpoint).await?;
+    println!("load average {}", probe::load());
+    let direct = queue::client(&a.endpoint);
+    probe::calls(&direct, 1).await?;
+    println!("direct {}: ListQueues x {}: {}", a.endpoint, a.calls, probe::calls(&direct, a.calls).await?);
+    for &ms in &a.rtt_ms {
+        let probed = probe::through_proxy(&a.endpoint, Duration::from_millis(ms), a.calls).await?;
+        println!(
+            "through a {ms} ms proxy: {probed} (adds {:.2} ms to the RTT)",
+            probed.median_ms - ms as f64
+        );
+    }
+    println!("load average {}", probe::load());
+    Ok(())
+}
+
+async fn compare(mut args: CompareArgs) -> Result<(), String> {
+    let standin = start_backend(args.backend, &mut args.endpoint).await?;
     let readers = match args.reader.is_empty() {
         true => vec![default_reader()?],
         false => args.reader.clone(),
@@ -211,8 +231,14 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
     report::header(&args.endpoint, &readers, args.messages, args.runs, args.pollers, args.wait_seconds);
 
     let mut samples = Vec::new();
+    let mut probed = Vec::new();
     for &rtt_ms in &args.rtt_ms {
         let rtt = Duration::from_millis(rtt_ms);
+        if rtt_ms > 0 {
+            let p = probe::through_proxy(&args.endpoint, rtt, 40).await?;
+            println!("probed through the {rtt_ms} ms proxy: {p} (load average {})", probe::load());
+            probed.push((rtt_ms, p.median_ms));
+        }
         for round in 0..args.runs {
             // Each round starts with a different consumer, so none always runs first.
             let mut order: Vec<Consumer> = (0..readers.len()).map(Consumer::Reader).collect();
@@ -254,8 +280,8 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
     }
     // LocalStack's own time per call (plus the SDK's), measured now: the real round trip of a call
     // behind the proxy is the added RTT plus this.
-    let base_ms = call_ms(&client, 20).await?;
-    report::summary(&samples, base_ms);
+    let base_ms = probe::calls(&client, 20).await?.median_ms;
+    report::summary(&samples, base_ms, &probed);
     if let Some(s) = &standin {
         let (calls, mean_us, max_us) = s.own_time();
         println!(
@@ -265,23 +291,6 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// Median milliseconds of `calls` sequential ListQueues: what a call costs besides the network.
-async fn call_ms(client: &aws_sdk_sqs::Client, calls: usize) -> Result<f64, String> {
-    let mut took = Vec::new();
-    for _ in 0..calls.max(1) {
-        let started = Instant::now();
-        client
-            .list_queues()
-            .queue_name_prefix("bench-probe-none")
-            .send()
-            .await
-            .map_err(|e| format!("ListQueues: {e:?}"))?;
-        took.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    took.sort_by(f64::total_cmp);
-    Ok(took[took.len() / 2])
 }
 
 struct Run<'a> {
@@ -324,6 +333,8 @@ impl Run<'_> {
                 queue::fill(self.client, url, n, self.args.body_bytes).await?;
             }
             let (first, cpu_first) = self.first_event(&mut child, &dir).await?;
+            let harness = || proc_stat::cpu_time(std::process::id(), self.ticks).map_err(|e| e.to_string());
+            let harness_first = harness()?;
             let deadline = Instant::now() + Duration::from_secs(300);
             while self.sink.figures().0 < n {
                 if Instant::now() > deadline {
@@ -338,6 +349,7 @@ impl Run<'_> {
             queue::wait_empty(self.client, url, Duration::from_secs(60)).await?;
             let end = Instant::now();
             let cpu_end = proc_stat::cpu_time(pid, self.ticks).map_err(|e| e.to_string())?;
+            let harness_window = (harness()? - harness_first).as_secs_f64();
             let calls = self.calls.snapshot();
             let (rss, hwm) = proc_stat::memory_kib(pid).map_err(|e| e.to_string())?;
             let (_, accepted, _) = self.sink.figures();
@@ -351,6 +363,7 @@ impl Run<'_> {
                 memory: Memory { idle_kib: idle_kib.map(|(rss, _)| rss), end_kib: rss, peak_kib: hwm },
                 seconds: (end - first).as_secs_f64(),
                 cpu_window: (cpu_end - cpu_first).as_secs_f64(),
+                harness_cpu_window: harness_window,
                 cpu_total: cpu_end.as_secs_f64(),
                 accepted,
                 messages: n,

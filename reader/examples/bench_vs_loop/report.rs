@@ -57,6 +57,9 @@ pub struct Sample {
     pub seconds: f64,
     /// Consumer CPU (user + system) over that window.
     pub cpu_window: f64,
+    /// The bench process's CPU over the window: the stand-in SQS, the latency proxy and the sink
+    /// together, which share the machine's cores with the consumer.
+    pub harness_cpu_window: f64,
     /// Consumer CPU since it started (start-up included).
     pub cpu_total: f64,
     /// Requests the sink accepted (duplicates included).
@@ -80,7 +83,7 @@ pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize,
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     println!(
-        "{:<9} {:>4} {:>5} {:>8} {:>8} {:>12} {:>11} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:>4} {:>5} {:>8} {:>8} {:>12} {:>11} {:>8} {:>8} {:>8} {:>7} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         "consumer",
         "rtt",
         "round",
@@ -88,6 +91,8 @@ pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize,
         "msgs/s",
         "cpu-s/window",
         "cpu-s/total",
+        "cpu/1k",
+        "bench/1k",
         "accepted",
         "pollers",
         "recv-fill",
@@ -102,7 +107,7 @@ pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize,
 pub fn line(s: &Sample) {
     let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     println!(
-        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8} {:>7.1} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:>4} {:>5} {:>8.2} {:>8.0} {:>12.2} {:>11.2} {:>8.3} {:>8.3} {:>8} {:>7.1} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         s.consumer.label(),
         s.rtt_ms,
         s.round,
@@ -110,6 +115,8 @@ pub fn line(s: &Sample) {
         s.rate(),
         s.cpu_window,
         s.cpu_total,
+        s.cpu_window * 1000.0 / s.messages as f64,
+        s.harness_cpu_window * 1000.0 / s.messages as f64,
         s.accepted,
         s.pollers,
         per(s.messages as u64, s.calls.receive),
@@ -142,7 +149,8 @@ impl Sample {
 /// the ceiling `pollers x 10 / RTT` of the pollers it chose (every poller receiving a full batch
 /// once per round trip), and for a reader that logs its receive time, to `pollers x 10 / receive
 /// time`: how much of each poller's turn went to its receive, whatever SQS's own time was.
-pub fn summary(all: &[Sample], base_ms: f64) {
+/// `probed`: (RTT added, median ms of a sequential call through such a proxy) for each RTT.
+pub fn summary(all: &[Sample], base_ms: f64, probed: &[(u64, f64)]) {
     let mut rtts: Vec<u64> = all.iter().map(|s| s.rtt_ms).collect();
     rtts.dedup();
     for rtt in rtts {
@@ -161,6 +169,8 @@ pub fn summary(all: &[Sample], base_ms: f64) {
                     .collect();
                 let ceiling = pollers * 10.0 * 1000.0 / rtt as f64;
                 let with_base = pollers * 10.0 * 1000.0 / (rtt as f64 + base_ms);
+                let probed_ms = probed.iter().find(|(r, _)| *r == rtt).map_or(f64::NAN, |(_, ms)| *ms);
+                let at_probed = pollers * 10.0 * 1000.0 / probed_ms;
                 let rate = median(samples.iter().filter(|s| s.consumer == c).map(|s| s.rate()).collect());
                 let mem = median(
                     samples
@@ -171,10 +181,25 @@ pub fn summary(all: &[Sample], base_ms: f64) {
                 );
                 println!(
                     "ceiling {pollers:.1} pollers x 10 / {rtt} ms = {ceiling:.0} msgs/s: {:<8} {rate:.0} msgs/s = {:.2} of it; \
-                     of {with_base:.0} (RTT + the backend's {base_ms:.1} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
+                     of {with_base:.0} (RTT + the backend's {base_ms:.1} ms a call): {:.2}; of {at_probed:.0} (the probed \
+                     {probed_ms:.2} ms a call): {:.2} (peak RSS median {mem:.1} MiB)",
                     c.label(),
                     rate / ceiling,
-                    rate / with_base
+                    rate / with_base,
+                    rate / at_probed
+                );
+                let of = |f: fn(&Sample) -> f64| {
+                    median(samples.iter().filter(|s| s.consumer == c).map(|s| f(s)).collect())
+                };
+                println!(
+                    "  CPU-s per 1,000 messages: {:<8} {:.3}, the bench (stand-in + proxy + sink) {:.3}; cores busy: \
+                     {:.2} + {:.2} of {}",
+                    c.label(),
+                    of(|s| s.cpu_window * 1000.0 / s.messages as f64),
+                    of(|s| s.harness_cpu_window * 1000.0 / s.messages as f64),
+                    of(|s| s.cpu_window / s.seconds),
+                    of(|s| s.harness_cpu_window / s.seconds),
+                    std::thread::available_parallelism().map_or(0, |n| n.get())
                 );
                 if !by_receive.is_empty() {
                     let took = median(by_receive.iter().map(|(ms, _)| *ms).collect());

@@ -35,6 +35,9 @@ impl CountingSink {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(receive).with_state(self.clone());
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(format!("http://{addr}/"))
     }

@@ -54,6 +54,10 @@ pub async fn start() -> Result<StandIn, String> {
     let url = format!("http://{addr}");
     let state = Arc::new(Shared { base: url.clone(), ..Shared::default() });
     let app = axum::Router::new().fallback(handle).with_state(state.clone());
+    // Answers go out at once (no Nagle wait behind an unacknowledged segment), as from SQS.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
