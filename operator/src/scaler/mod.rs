@@ -13,7 +13,6 @@ pub mod decision;
 pub mod drain;
 pub mod history;
 pub mod metrics;
-pub mod reaction;
 pub mod reason;
 pub mod suspend;
 pub mod task;
