@@ -11,6 +11,6 @@ pub mod status;
 pub mod validate;
 
 pub use redrive::RedrivePolicy;
-pub use sink_kind::SinkKind;
+pub use sink_kind::{SinkBlock, SinkKind};
 pub use spec::*;
 pub use status::*;

@@ -3,9 +3,11 @@
 //! A sink is stored as optional blocks (`http`, `sqs`, `s3`, `log`) because that is what a
 //! structural schema can express; code that dispatches on the kind wants an enum instead.
 
-use crate::{SinkSpec, SqsSourceSpec};
+use crate::{HttpSinkSpec, LogSinkSpec, S3SinkSpec, SinkSpec, SqsSinkSpec, SqsSourceSpec};
 
-/// The kind of a sink: which one of its blocks is set.
+/// The kind of a sink: which one of its blocks is set. Every place that lists, names or dispatches
+/// on the kinds goes through this enum (or [`SinkBlock`]), so a new kind makes the compiler list
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SinkKind {
     Http,
@@ -15,6 +17,9 @@ pub enum SinkKind {
 }
 
 impl SinkKind {
+    /// Every kind, in the order the spec and its messages list them.
+    pub const ALL: [SinkKind; 4] = [Self::Http, Self::Sqs, Self::S3, Self::Log];
+
     /// The field name in the spec (`http`, `sqs`, `s3`, `log`), handy as a metrics label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -24,22 +29,75 @@ impl SinkKind {
             Self::Log => "log",
         }
     }
+
+    /// The kinds as a message lists them: `http, sqs, s3, log`.
+    pub fn listed() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+
+    /// Whether `sink` sets this kind's block.
+    pub fn is_set_in(self, sink: &SinkSpec) -> bool {
+        match self {
+            Self::Http => sink.http.is_some(),
+            Self::Sqs => sink.sqs.is_some(),
+            Self::S3 => sink.s3.is_some(),
+            Self::Log => sink.log.is_some(),
+        }
+    }
+
+    /// Whether a sink of this kind may be the dead-letter sink: one that hands each rejected
+    /// record to a system someone reads from (an endpoint or a queue), record by record.
+    pub fn can_dead_letter(self) -> bool {
+        match self {
+            Self::Http | Self::Sqs => true,
+            Self::S3 | Self::Log => false,
+        }
+    }
+}
+
+/// A sink's one kind block, borrowed: what code that builds or describes a sink matches on.
+#[derive(Clone, Copy, Debug)]
+pub enum SinkBlock<'a> {
+    Http(&'a HttpSinkSpec),
+    Sqs(&'a SqsSinkSpec),
+    S3(&'a S3SinkSpec),
+    Log(&'a LogSinkSpec),
+}
+
+impl SinkBlock<'_> {
+    pub fn kind(self) -> SinkKind {
+        match self {
+            Self::Http(_) => SinkKind::Http,
+            Self::Sqs(_) => SinkKind::Sqs,
+            Self::S3(_) => SinkKind::S3,
+            Self::Log(_) => SinkKind::Log,
+        }
+    }
 }
 
 impl SinkSpec {
+    /// How many kind blocks are set (one in a valid spec).
+    pub fn kinds_set(&self) -> usize {
+        SinkKind::ALL.into_iter().filter(|k| k.is_set_in(self)).count()
+    }
+
     /// The one kind block that is set; `None` unless exactly one is (never for a validated spec).
-    pub fn kind(&self) -> Option<SinkKind> {
-        let set = [
-            (self.http.is_some(), SinkKind::Http),
-            (self.sqs.is_some(), SinkKind::Sqs),
-            (self.s3.is_some(), SinkKind::S3),
-            (self.log.is_some(), SinkKind::Log),
-        ];
-        let mut kinds = set.iter().filter(|(on, _)| *on).map(|(_, k)| *k);
-        match (kinds.next(), kinds.next()) {
-            (Some(kind), None) => Some(kind),
-            _ => None,
+    pub fn block(&self) -> Option<SinkBlock<'_>> {
+        if self.kinds_set() != 1 {
+            return None;
         }
+        let blocks = [
+            self.http.as_ref().map(SinkBlock::Http),
+            self.sqs.as_ref().map(SinkBlock::Sqs),
+            self.s3.as_ref().map(SinkBlock::S3),
+            self.log.as_ref().map(SinkBlock::Log),
+        ];
+        blocks.into_iter().flatten().next()
+    }
+
+    /// The kind of [`SinkSpec::block`].
+    pub fn kind(&self) -> Option<SinkKind> {
+        self.block().map(SinkBlock::kind)
     }
 
     /// Whether the sink can take part in exactlyOnce checkpoints: s3 (transactional per epoch),
@@ -95,6 +153,9 @@ mod tests {
         assert_eq!(both.kind(), None, "two blocks are not a kind");
         let s3_only = SinkSpec { s3: Some(s3), ..sink() };
         assert_eq!(s3_only.kind().map(SinkKind::as_str), Some("s3"));
+        assert!(matches!(s3_only.block(), Some(SinkBlock::S3(s)) if s.bucket == "bkt"));
+        assert_eq!(both.kinds_set(), 2);
+        assert_eq!(SinkKind::listed(), "http, sqs, s3, log");
         assert!(s3_only.supports_exactly_once());
     }
 }

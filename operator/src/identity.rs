@@ -64,7 +64,7 @@ impl Identities {
             .base()
             .clone()
             .into_builder()
-            .credentials_provider(SharedCredentialsProvider::new(crate::aws_requests::CountedCredentials(
+            .credentials_provider(SharedCredentialsProvider::new(crate::aws_requests::counted_credentials(
                 provider,
             )))
             .build();

@@ -10,7 +10,7 @@
 //! `Validated`, so children are never built from an unchecked spec.
 
 use kube::ResourceExt;
-use sluice_crds::{CredentialSource, Guarantee, QueueRef, SinkSpec, SqsSource};
+use sluice_crds::{CredentialSource, Guarantee, QueueRef, SinkKind, SinkSpec, SqsSource};
 
 /// Longest source name: it becomes a label value (63 characters).
 pub const MAX_SOURCE_NAME: usize = 63;
@@ -320,19 +320,12 @@ fn check_delivery(source: &SqsSource, problems: &mut Vec<Problem>) {
     }
 }
 
-fn sink_kinds(sink: &SinkSpec) -> usize {
-    [sink.http.is_some(), sink.sqs.is_some(), sink.s3.is_some(), sink.log.is_some()]
-        .into_iter()
-        .filter(|set| *set)
-        .count()
-}
-
 fn check_sink(field: &str, sink: &SinkSpec, problems: &mut Vec<Problem>) {
-    if sink_kinds(sink) != 1 {
+    if sink.kinds_set() != 1 {
         problems.push(Problem::new(
             "SinkKindInvalid",
             field,
-            format!("{field} ({:?}) must set exactly one of http, sqs, s3, log", sink.name),
+            format!("{field} ({:?}) must set exactly one of {}", sink.name, SinkKind::listed()),
         ));
     }
     if sink.name.trim().is_empty() {

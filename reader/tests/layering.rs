@@ -204,7 +204,7 @@ fn exactly_once_names_only_the_settle_seam() {
 fn the_protocol_has_no_checkpoint_alias() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
     let mut files = Vec::new();
-    for member in ["crds", "operator", "reader", "tests", "protocol", "logs"] {
+    for member in ["crds", "operator", "reader", "tests", "protocol", "logs", "aws"] {
         for folder in ["src", "tests", "examples", "benches"] {
             let dir = root.join(member).join(folder);
             if dir.is_dir() {

@@ -5,7 +5,6 @@
 //! attributes; every judgement about them is pure (`checks.rs`) and table-tested. A failed call
 //! becomes a condition on that source and a shorter requeue, never a reconcile error.
 
-pub mod aws_error;
 pub mod checks;
 pub mod payload_buckets;
 pub mod s3;

@@ -12,7 +12,6 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::Region;
 
 use super::QueueError;
-use super::aws_error::describe;
 use super::sqs::{bounded, classify};
 use super::targets::Target;
 
@@ -43,7 +42,7 @@ impl Buckets {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                Client::from_conf(config.interceptor(crate::aws_requests::CountRequests).build())
+                Client::from_conf(config.interceptor(crate::aws_requests::COUNT_REQUESTS).build())
             })
             .clone()
     }
@@ -54,14 +53,8 @@ impl Buckets {
         let call = client.head_bucket().bucket(&target.name).send();
         match bounded(call).await? {
             Ok(_) => Ok(()),
-            Err(e) => {
-                // HeadBucket answers without a body: the status is all there is.
-                match e.raw_response().map(|r| r.status().as_u16()) {
-                    Some(404) => Err(QueueError::DoesNotExist),
-                    Some(403) => Err(QueueError::Denied(describe("HeadBucket", &e))),
-                    _ => Err(classify("HeadBucket", &e)),
-                }
-            }
+            // HeadBucket answers without a body: its status decides (404 missing, 403 denied).
+            Err(e) => Err(classify("HeadBucket", &e)),
         }
     }
 }

@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::Region;
+use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::QueueAttributeName;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use sluice_aws::{AwsFault, FaultClass, describe_call};
 use sluice_crds::QueueRef;
 
-use super::aws_error::describe;
 use super::s3::Buckets;
 use super::targets::{Target, TargetInspector, TargetKind};
 use super::{QueueAttributes, QueueError, QueueInspector};
@@ -63,7 +64,7 @@ impl SqsInspector {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                Client::from_conf(config.interceptor(crate::aws_requests::CountRequests).build())
+                Client::from_conf(config.interceptor(crate::aws_requests::COUNT_REQUESTS).build())
             })
             .clone()
     }
@@ -75,13 +76,7 @@ impl SqsInspector {
             (Some(url), _) => url.clone(),
             (None, Some(name)) => {
                 let call = client.get_queue_url().queue_name(name).send();
-                let out = bounded(call).await?.map_err(|e| {
-                    if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
-                        QueueError::DoesNotExist
-                    } else {
-                        classify("GetQueueUrl", &e)
-                    }
-                })?;
+                let out = bounded(call).await?.map_err(|e| classify("GetQueueUrl", &e))?;
                 out.queue_url()
                     .map(str::to_owned)
                     .ok_or_else(|| QueueError::Unavailable("GetQueueUrl returned no url".into()))?
@@ -90,13 +85,7 @@ impl SqsInspector {
         };
         let call =
             client.get_queue_attributes().queue_url(&url).attribute_names(QueueAttributeName::All).send();
-        let out = bounded(call).await?.map_err(|e| {
-            if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
-                QueueError::DoesNotExist
-            } else {
-                classify("GetQueueAttributes", &e)
-            }
-        })?;
+        let out = bounded(call).await?.map_err(|e| classify("GetQueueAttributes", &e))?;
         let empty = HashMap::new();
         Ok(parse_attributes(url, out.attributes().unwrap_or(&empty)))
     }
@@ -114,13 +103,7 @@ impl TargetInspector for SqsInspector {
                         .queue_url(&target.name)
                         .attribute_names(QueueAttributeName::QueueArn)
                         .send();
-                    bounded(call).await?.map(|_| ()).map_err(|e| {
-                        if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
-                            QueueError::DoesNotExist
-                        } else {
-                            classify("GetQueueAttributes", &e)
-                        }
-                    })
+                    bounded(call).await?.map(|_| ()).map_err(|e| classify("GetQueueAttributes", &e))
                 }
             }
         }
@@ -140,32 +123,17 @@ pub(super) async fn bounded<T>(call: impl Future<Output = T>) -> Result<T, Queue
         .map_err(|_| QueueError::Unavailable(format!("no answer within {} s", CALL_TIMEOUT.as_secs())))
 }
 
-/// Sorts an SDK error into "not there", "not allowed" and "try again", with one line of text.
-pub fn classify<E, R>(operation: &str, e: &SdkError<E, R>) -> QueueError
+/// Sorts an SDK error into "not there", "not allowed" and "try again" (`sluice_aws::fault`, the
+/// classes the readers use too), with one line of text.
+pub fn classify<E>(operation: &str, e: &SdkError<E, HttpResponse>) -> QueueError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug + 'static,
 {
-    let text = describe(operation, e);
-    match e.code() {
-        Some(code)
-            if code.contains("NonExistentQueue")
-                || code.contains("QueueDoesNotExist")
-                || code == "NoSuchBucket"
-                || code == "NotFound" =>
-        {
-            QueueError::DoesNotExist
-        }
-        Some(code)
-            if code.contains("AccessDenied")
-                || code.contains("InvalidClientTokenId")
-                || code.contains("SignatureDoesNotMatch")
-                || code.contains("UnrecognizedClient")
-                || code == "Forbidden" =>
-        {
-            QueueError::Denied(text)
-        }
-        _ => QueueError::Unavailable(text),
+    let fault = AwsFault::of(e);
+    match fault.class {
+        FaultClass::Missing => QueueError::DoesNotExist,
+        FaultClass::Denied => QueueError::Denied(describe_call(operation, e)),
+        FaultClass::Transient | FaultClass::Other => QueueError::Unavailable(describe_call(operation, e)),
     }
 }
 

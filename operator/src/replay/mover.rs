@@ -20,8 +20,8 @@ use sluice_crds::{QueueRef, RedrivePolicy, SqsSourceSpec};
 
 use super::plan::{Candidate, DEAD_LETTER_CONTEXT, MARKER};
 use crate::identity::Identities;
-use crate::queue_check::aws_error::describe;
 use crate::queue_check::sqs::{SqsInspector, region_of_url};
+use sluice_aws::describe_call;
 
 /// Upper bound on one AWS call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -61,8 +61,8 @@ async fn queue_url(client: &Client, queue: &QueueRef) -> Result<String, String> 
         return Ok(url.clone());
     }
     let name = queue.name.clone().unwrap_or_default();
-    let out =
-        bounded(client.get_queue_url().queue_name(&name).send(), |e| describe("GetQueueUrl", &e)).await?;
+    let out = bounded(client.get_queue_url().queue_name(&name).send(), |e| describe_call("GetQueueUrl", &e))
+        .await?;
     out.queue_url.ok_or_else(|| format!("GetQueueUrl returned no URL for queue {name}"))
 }
 
@@ -94,7 +94,7 @@ impl Mover {
                 .queue_url(&first_url)
                 .attribute_names(QueueAttributeName::RedrivePolicy)
                 .send(),
-            |e| describe("GetQueueAttributes", &e),
+            |e| describe_call("GetQueueAttributes", &e),
         )
         .await?;
         let policy = attributes.attributes().and_then(|a| a.get(&QueueAttributeName::RedrivePolicy));
@@ -106,7 +106,7 @@ impl Mover {
         let (name, account) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
         let out =
             bounded(first.get_queue_url().queue_name(name).queue_owner_aws_account_id(account).send(), |e| {
-                describe("GetQueueUrl", &e)
+                describe_call("GetQueueUrl", &e)
             })
             .await?;
         let dlq_url = out.queue_url.ok_or_else(|| format!("GetQueueUrl returned no URL for {arn}"))?;
@@ -130,7 +130,7 @@ impl Mover {
             .message_attribute_names("All")
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .send();
-        let out = bounded(call, |e| describe("ReceiveMessage", &e)).await?;
+        let out = bounded(call, |e| describe_call("ReceiveMessage", &e)).await?;
         Ok(out.messages.unwrap_or_default())
     }
 
@@ -144,7 +144,7 @@ impl Mover {
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             .send();
-        let out = bounded(call, |e| describe("GetQueueAttributes", &e)).await?;
+        let out = bounded(call, |e| describe_call("GetQueueAttributes", &e)).await?;
         let count = |name: QueueAttributeName| {
             out.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse().ok()).unwrap_or(0)
         };
@@ -167,7 +167,7 @@ impl Mover {
             .collect::<Result<_, _>>()
             .map_err(|e| format!("cannot build SendMessageBatch: {e}"))?;
         let call = client.send_message_batch().queue_url(target).set_entries(Some(entries)).send();
-        let out = bounded(call, |e| describe("SendMessageBatch", &e)).await?;
+        let out = bounded(call, |e| describe_call("SendMessageBatch", &e)).await?;
         Ok(out.successful.iter().filter_map(|s| s.id.parse().ok()).collect())
     }
 
@@ -185,7 +185,7 @@ impl Mover {
             .collect::<Result<_, _>>()
             .map_err(|e| format!("cannot build DeleteMessageBatch: {e}"))?;
         let call = self.dlq.delete_message_batch().queue_url(&self.dlq_url).set_entries(Some(entries)).send();
-        bounded(call, |e| describe("DeleteMessageBatch", &e)).await.map(drop)
+        bounded(call, |e| describe_call("DeleteMessageBatch", &e)).await.map(drop)
     }
 
     /// Sets the visibility of dead letters: hides what the request leaves behind, shows it again
@@ -199,7 +199,7 @@ impl Mover {
                 .receipt_handle(receipt)
                 .visibility_timeout(seconds)
                 .send();
-            bounded(call, |e| describe("ChangeMessageVisibility", &e)).await?;
+            bounded(call, |e| describe_call("ChangeMessageVisibility", &e)).await?;
         }
         Ok(())
     }

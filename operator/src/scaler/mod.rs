@@ -15,7 +15,6 @@ pub mod flow;
 pub mod history;
 mod latency;
 pub mod metrics;
-pub mod reaction;
 pub mod reason;
 pub mod suspend;
 pub mod task;

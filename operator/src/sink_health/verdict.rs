@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use sluice_crds::{SinkSpec, SqsSourceSpec};
+use sluice_crds::{SinkBlock, SinkSpec, SqsSourceSpec};
 
 /// The data key readers write.
 pub const KEY: &str = "sinkHealth";
@@ -133,11 +133,11 @@ fn target_of(spec: &SqsSourceSpec, name: &str) -> String {
 }
 
 fn target(sink: &SinkSpec) -> String {
-    match (&sink.http, &sink.sqs, &sink.s3) {
-        (Some(http), _, _) => format!("url {}", http.url),
-        (_, Some(sqs), _) => format!("queue {}", sqs.queue_url),
-        (_, _, Some(s3)) => format!("bucket {}", s3.bucket),
-        _ => "log".to_owned(),
+    match sink.block() {
+        Some(SinkBlock::Http(http)) => format!("url {}", http.url),
+        Some(SinkBlock::Sqs(sqs)) => format!("queue {}", sqs.queue_url),
+        Some(SinkBlock::S3(s3)) => format!("bucket {}", s3.bucket),
+        Some(SinkBlock::Log(_)) | None => "log".to_owned(),
     }
 }
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::SharedCredentialsProvider;
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 
 use crate::config::settings::CredentialSettings;
 
@@ -34,7 +33,7 @@ pub async fn load_sdk_config(credentials: &CredentialSettings, reader_id: &str) 
                 builder = builder.external_id(id);
             }
             let provider = builder.configure(&base).build().await;
-            let provider = SharedCredentialsProvider::new(requests::CountedCredentials(provider));
+            let provider = SharedCredentialsProvider::new(requests::counted_credentials(provider));
             base.into_builder().credentials_provider(provider).build()
         }
     }
@@ -72,43 +71,12 @@ impl SqsClients {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                aws_sdk_sqs::Client::from_conf(config.interceptor(requests::CountRequests).build())
+                aws_sdk_sqs::Client::from_conf(config.interceptor(requests::COUNT_REQUESTS).build())
             })
             .clone()
     }
 }
 
-/// A short name for an SDK error: the service's error code, or the kind of failure.
-pub fn error_type<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> String {
-    match err {
-        SdkError::ServiceError(_) => err.code().unwrap_or("service").to_owned(),
-        SdkError::TimeoutError(_) => "timeout".into(),
-        SdkError::DispatchFailure(_) => "dispatch".into(),
-        SdkError::ResponseError(_) => "response".into(),
-        SdkError::ConstructionFailure(_) => "construction".into(),
-        _ => "unknown".into(),
-    }
-}
-
-/// An SDK error in one line, for logs and configuration messages: the service's code and message
-/// when it answered, else the cause chain (an `SdkError`'s own text is only its variant name).
-pub fn describe<E, R>(error: &SdkError<E, R>) -> String
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    match (error.code(), error.message()) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code.to_owned(),
-        _ => {
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
-    }
-}
+/// The one-line text of a failed call and the `error_type` label of the error counters: the same
+/// words the operator uses (`sluice_aws::fault`).
+pub use sluice_aws::{describe, error_type};

@@ -4,18 +4,21 @@
 //! retrying forever. GetQueueAttributes with a short timeout turns them into a configuration error
 //! naming the field (exit 2), and tells us the queue's own visibility timeout, which the heartbeat
 //! needs when the spec does not set one, and its redrive policy, which is logged (`redrive`). An
-//! endpoint that does not answer is an outage, not a mistake: it is answered as
+//! endpoint that does not answer, or throttles, is an outage, not a mistake: it is answered as
 //! [`Error::Outage`], which the start retries with backoff.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::QueueAttributeName;
 
 use crate::aws::receive_tally::ReceiveTally;
 use crate::aws::{SqsClients, describe, error_type};
 use crate::config::settings::{QueueLocation, QueueSettings, Settings};
 use crate::process::error::{Error, Result};
+use sluice_aws::{AwsFault, FaultClass};
 
 pub struct Queue {
     pub index: usize,
@@ -50,15 +53,7 @@ pub async fn connect(
         )
         .await
         .map_err(|_| unreachable(q, format!("no answer from SQS within {timeout:?}")))?
-        .map_err(|e| {
-            let kind = error_type(&e);
-            let message = format!("GetQueueAttributes on {url} failed ({kind}): {}", describe(&e));
-            if matches!(kind.as_str(), "dispatch" | "timeout") {
-                unreachable(q, message)
-            } else {
-                wrong_queue(q, message)
-            }
-        })?;
+        .map_err(|e| failed(q, format!("GetQueueAttributes on {url}"), &e))?;
         let queue_default = attributes
             .attributes()
             .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
@@ -86,15 +81,7 @@ async fn resolve_url(q: &QueueSettings, client: &aws_sdk_sqs::Client, timeout: D
             let answer = tokio::time::timeout(timeout, client.get_queue_url().queue_name(name).send())
                 .await
                 .map_err(|_| unreachable(q, format!("no answer from SQS within {timeout:?}")))?
-                .map_err(|e| {
-                    let kind = error_type(&e);
-                    let message = format!("GetQueueUrl for {name:?} failed ({kind}): {}", describe(&e));
-                    if matches!(kind.as_str(), "dispatch" | "timeout") {
-                        unreachable(q, message)
-                    } else {
-                        wrong_queue(q, message)
-                    }
-                })?;
+                .map_err(|e| failed(q, format!("GetQueueUrl for {name:?}"), &e))?;
             answer
                 .queue_url()
                 .map(str::to_owned)
@@ -104,6 +91,19 @@ async fn resolve_url(q: &QueueSettings, client: &aws_sdk_sqs::Client, timeout: D
 }
 
 /// The endpoint (or the URL's host) cannot be reached: name the field that chose it.
+/// A failed call on the queue: an outage when it is worth trying again (timeouts, refused
+/// connections, throttles), else the queue's configuration.
+fn failed<E>(q: &QueueSettings, call: String, e: &SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let message = format!("{call} failed ({}): {}", error_type(e), describe(e));
+    match AwsFault::of(e).class {
+        FaultClass::Transient => unreachable(q, message),
+        FaultClass::Missing | FaultClass::Denied | FaultClass::Other => wrong_queue(q, message),
+    }
+}
+
 fn unreachable(q: &QueueSettings, message: String) -> Error {
     let field = match (&q.endpoint, &q.location) {
         (Some(_), _) => format!("{}.endpoint", q.field()),

@@ -1,12 +1,9 @@
 //! Every request the reader sends to AWS, counted by service, API and queue
 //! (`sluice_reader_aws_requests_total`), and requests per delivered message over a window.
 //!
-//! Why an SDK interceptor: AWS bills per request, retries included, so the count must see each
-//! attempt that goes on the wire, whoever sent it (pollers, acker, heartbeat, sinks, payload
-//! fetches). An interceptor added to every client the reader builds counts at the one place all
-//! of them pass, per attempt (`read_before_transmit`), without a call site remembering to. STS is
-//! the exception: the credential chain builds its own STS client, so an assumed role is counted
-//! where its credentials are asked for ([`CountedCredentials`]).
+//! The interceptor on every client the reader builds (pollers, acker, heartbeat, sinks, payload
+//! fetches) and the assumed role's credentials call [`count`] once per attempt
+//! (`sluice_aws::requests`); this module is the reader's label step.
 //!
 //! Why a process-wide family: clients are built in many places that do not hold the metrics; the
 //! registry registers this same family (`process::metrics`).
@@ -16,20 +13,10 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_credential_types::provider::{ProvideCredentials, future};
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::{
-    BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef, Input,
-};
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-
-use crate::process::metrics::queue_name;
+use sluice_aws::requests::{CountRequests, CountedCredentials, Request};
 
 /// One series per service, API and queue (empty for calls that name no queue: S3, STS).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,92 +36,22 @@ pub fn requests_total() -> u64 {
     TOTAL.load(Ordering::Relaxed)
 }
 
-fn count(service: &str, api: &str, queue: &str) {
+fn count(request: &Request<'_>) {
     TOTAL.fetch_add(1, Ordering::Relaxed);
-    let label =
-        RequestLabel { service: service.to_ascii_lowercase(), api: api.to_owned(), queue: queue.to_owned() };
+    let label = RequestLabel {
+        service: request.service.to_ascii_lowercase(),
+        api: request.api.to_owned(),
+        queue: request.queue.to_owned(),
+    };
     REQUESTS.get_or_create(&label).inc();
 }
 
 /// The interceptor to add to every SQS and S3 client the reader builds.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CountRequests;
+pub const COUNT_REQUESTS: CountRequests = CountRequests::new(count);
 
-/// The queue an operation names, read from its input before it is serialized.
-#[derive(Debug)]
-struct QueueOfCall(String);
-
-impl Storable for QueueOfCall {
-    type Storer = StoreReplace<Self>;
-}
-
-impl Intercept for CountRequests {
-    fn name(&self) -> &'static str {
-        "CountRequests"
-    }
-
-    fn read_before_execution(
-        &self,
-        context: &BeforeSerializationInterceptorContextRef<'_>,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if let Some(queue) = queue_of(context.input()) {
-            cfg.interceptor_state().store_put(QueueOfCall(queue_name(queue).to_owned()));
-        }
-        Ok(())
-    }
-
-    /// Once per attempt: a retried call is billed again, so it is counted again.
-    fn read_before_transmit(
-        &self,
-        _context: &BeforeTransmitInterceptorContextRef<'_>,
-        _components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let (service, api) =
-            cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
-        let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
-        count(service, api, queue);
-        Ok(())
-    }
-}
-
-/// The queue URL (or, for GetQueueUrl, the name) of an SQS operation's input.
-fn queue_of(input: &Input) -> Option<&str> {
-    use aws_sdk_sqs::operation as op;
-    macro_rules! queue_url_of {
-        ($($input:ty),* $(,)?) => {
-            $(if let Some(i) = input.downcast_ref::<$input>() {
-                return i.queue_url();
-            })*
-        };
-    }
-    queue_url_of!(
-        op::receive_message::ReceiveMessageInput,
-        op::delete_message_batch::DeleteMessageBatchInput,
-        op::change_message_visibility_batch::ChangeMessageVisibilityBatchInput,
-        op::get_queue_attributes::GetQueueAttributesInput,
-        op::send_message::SendMessageInput,
-        op::send_message_batch::SendMessageBatchInput,
-        op::delete_message::DeleteMessageInput,
-        op::change_message_visibility::ChangeMessageVisibilityInput,
-    );
-    input.downcast_ref::<op::get_queue_url::GetQueueUrlInput>().and_then(|i| i.queue_name())
-}
-
-/// An assumed role's credentials, counting one STS AssumeRole per call: the provider does not
-/// cache (the clients' identity cache does), so each call it answers is one request to STS.
-#[derive(Debug)]
-pub struct CountedCredentials<P>(pub P);
-
-impl<P: ProvideCredentials> ProvideCredentials for CountedCredentials<P> {
-    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
-    where
-        Self: 'a,
-    {
-        count("sts", "AssumeRole", "");
-        self.0.provide_credentials()
-    }
+/// An assumed role's credentials, each AssumeRole counted.
+pub fn counted_credentials<P>(provider: P) -> CountedCredentials<P> {
+    CountedCredentials::new(provider, count)
 }
 
 /// Requests per delivered message over a sliding window: what a quiet queue costs its users per

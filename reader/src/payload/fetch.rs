@@ -15,10 +15,10 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use bytes::Bytes;
+use sluice_aws::{AwsFault, FaultClass};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::stream::{ObjectRef, StreamSource, StreamedObject};
-use crate::aws::describe;
 use crate::config::payload::Bounds;
 use crate::process::backoff::backoff;
 use crate::process::fetch_stats::FetchStats;
@@ -28,18 +28,6 @@ use crate::process::fetch_stats::FetchStats;
 const ATTEMPTS: usize = 4;
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const LONGEST_RETRY: Duration = Duration::from_secs(5);
-
-/// Service answers that no retry changes: the object or bucket is gone, or the reader may not read it.
-const PERMANENT_CODES: &[&str] = &[
-    "NoSuchKey",
-    "NoSuchBucket",
-    "NoSuchVersion",
-    "AccessDenied",
-    "InvalidObjectState",
-    "NotFound",
-    "Forbidden",
-    "PreconditionFailed",
-];
 
 /// What a fetch answers: the object's bytes, or, above `streamAboveBytes`, a checked reference.
 pub enum Fetched {
@@ -259,33 +247,35 @@ where
     }
 }
 
-/// A failed S3 read call (`what`: GetObject, HeadObject) as permanent or transient.
+/// A failed S3 read call (`what`: GetObject, HeadObject) as permanent (missing, denied, archived,
+/// replaced: no retry changes it) or transient (anything else, S3's fault or the network's).
 pub(super) fn classify<E>(what: &str, at: &str, error: &SdkError<E, HttpResponse>) -> FetchError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let status = error.raw_response().map(|r| r.status().as_u16());
-    let text = describe(error);
-    match (error.code(), status) {
-        (Some(code), _) if PERMANENT_CODES.contains(&code) => {
-            FetchError::Permanent(permanent_reason(what, at, code, &text))
+    let fault = AwsFault::of(error);
+    let code = fault.code.as_deref().unwrap_or_default();
+    let advice = match fault.class {
+        _ if code == "InvalidObjectState" => {
+            "the object is archived: restore it, or keep such objects out of the notification"
         }
-        (_, Some(404)) => FetchError::Permanent(permanent_reason(what, at, "NotFound", &text)),
-        (_, Some(403)) => FetchError::Permanent(permanent_reason(what, at, "AccessDenied", &text)),
-        (_, Some(412)) => FetchError::Permanent(permanent_reason(what, at, "PreconditionFailed", &text)),
-        _ => FetchError::Transient(format!("{what} {at} failed: {text}")),
-    }
-}
-
-/// One line: what failed, on which object, the AWS code, what to do.
-fn permanent_reason(what: &str, at: &str, code: &str, text: &str) -> String {
-    let advice = match code {
-        "AccessDenied" | "Forbidden" => {
+        _ if code == "PreconditionFailed" || fault.status == Some(412) => {
+            "the object was replaced since it was checked (its ETag changed)"
+        }
+        FaultClass::Missing if code == "NoSuchBucket" => "the bucket does not exist",
+        FaultClass::Missing => "the object is gone (deleted after the event was sent?)",
+        FaultClass::Denied => {
             "grant the reader's identity s3:GetObject (and s3:GetObjectVersion) on the bucket"
         }
-        "NoSuchBucket" => "the bucket does not exist",
-        "PreconditionFailed" => "the object was replaced since it was checked (its ETag changed)",
-        _ => "the object is gone (deleted after the event was sent?)",
+        FaultClass::Transient | FaultClass::Other => {
+            return FetchError::Transient(format!("{what} {at} failed: {}", fault.text));
+        }
     };
-    format!("{what} {at} answered {code} ({text}): {advice}")
+    let fallback = match fault.class {
+        FaultClass::Missing => "NotFound",
+        FaultClass::Denied => "AccessDenied",
+        _ => "PreconditionFailed",
+    };
+    let code = fault.code_or(fallback);
+    FetchError::Permanent(format!("{what} {at} answered {code} ({}): {advice}", fault.text))
 }

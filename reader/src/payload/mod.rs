@@ -240,7 +240,7 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
         config = config.region(aws_sdk_s3::config::Region::new(region.clone()));
     }
     let client =
-        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
+        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
     let fetcher = Fetcher::new(client, settings.bounds);
     Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
 }

@@ -41,10 +41,8 @@ impl QueueLabel {
     }
 }
 
-/// The last path segment of a queue URL (the URL itself when it has none).
-pub fn queue_name(queue_url: &str) -> &str {
-    queue_url.trim_end_matches('/').rsplit('/').next().unwrap_or(queue_url)
-}
+/// The last path segment of a queue URL (the URL itself when it has none): the `queue` label.
+pub use sluice_aws::requests::queue_name;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabel {

@@ -13,11 +13,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::QueueAttributeName;
+use sluice_aws::{AwsFault, FaultClass};
 use sluice_crds::SinkSpec;
 
-use crate::aws::{SqsClients, describe};
+use crate::aws::SqsClients;
 use crate::config::settings::Settings;
 use crate::process::backoff::backoff;
 use crate::process::events::Fault;
@@ -85,7 +85,7 @@ fn target(at: &str, spec: &SinkSpec, clients: &mut SqsClients) -> Option<Target>
         config = config.region(aws_config::Region::new(region.clone()));
     }
     let client =
-        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
+        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
     let kind = Kind::Bucket { client, bucket: s3.bucket.clone() };
     Some(Target { field: format!("{at}.s3.bucket"), sink, kind })
 }
@@ -103,56 +103,35 @@ impl Target {
                 match answer {
                     Ok(_) => Found::Yes,
                     Err(e) => {
-                        let http = e.raw_response().map(|r| r.status().as_u16());
                         let grant = Some("sqs:SendMessage and sqs:GetQueueAttributes");
-                        self.judge(e.code(), http, &describe(&e), &format!("queue {url}"), grant)
+                        self.judge(&AwsFault::of(&e), &format!("queue {url}"), grant)
                     }
                 }
             }
             Kind::Bucket { client, bucket } => match client.head_bucket().bucket(bucket).send().await {
                 Ok(_) => Found::Yes,
-                Err(e) => {
-                    let http = e.raw_response().map(|r| r.status().as_u16());
-                    // HeadBucket is authorized as s3:ListBucket, which a least-privilege reader policy
-                    // may grant only under a prefix condition: a refusal says nothing about the bucket.
-                    self.judge(e.code(), http, &describe(&e), &format!("bucket {bucket}"), None)
-                }
+                // HeadBucket is authorized as s3:ListBucket, which a least-privilege reader policy
+                // may grant only under a prefix condition: a refusal says nothing about the bucket.
+                Err(e) => self.judge(&AwsFault::of(&e), &format!("bucket {bucket}"), None),
             },
         }
     }
 
-    /// Missing (404 or a does-not-exist code), forbidden (403 or an access code, when the check
-    /// uses the permission the deliveries need: `grant`), else unknown.
-    fn judge(
-        &self,
-        code: Option<&str>,
-        http: Option<u16>,
-        text: &str,
-        what: &str,
-        grant: Option<&str>,
-    ) -> Found {
-        let code = code.unwrap_or_default();
+    /// Missing is a problem; denied is one when the check uses the permission the deliveries need
+    /// (`grant`); anything else says nothing about the target.
+    fn judge(&self, fault: &AwsFault, what: &str, grant: Option<&str>) -> Found {
         let field = &self.field;
         let sink = &self.sink;
-        if http == Some(404)
-            || code.contains("NonExistentQueue")
-            || code.contains("QueueDoesNotExist")
-            || code == "NoSuchBucket"
-            || code == "NotFound"
-        {
-            Found::Problem(format!(
+        match (fault.class, grant) {
+            (FaultClass::Missing, _) => Found::Problem(format!(
                 "{field}: {what} does not exist (AWS {}): create it or fix the field; deliveries to sink {sink} fail and are retried with backoff until then, and the reader stays not ready",
-                if code.is_empty() { "404" } else { code }
-            ))
-        } else if let Some(permission) = grant
-            && (http == Some(403) || code.contains("AccessDenied") || code == "Forbidden")
-        {
-            Found::Problem(format!(
+                fault.code_or("404")
+            )),
+            (FaultClass::Denied, Some(permission)) => Found::Problem(format!(
                 "{field}: access to {what} denied (AWS {}): grant the reader's identity {permission} on it; deliveries to sink {sink} fail until then, and the reader stays not ready",
-                if code.is_empty() { "403" } else { code }
-            ))
-        } else {
-            Found::Unknown(format!("{field}: cannot check {what}: {text}"))
+                fault.code_or("403")
+            )),
+            _ => Found::Unknown(format!("{field}: cannot check {what}: {}", fault.text)),
         }
     }
 }
@@ -217,6 +196,8 @@ async fn recheck(mut open: Vec<Target>, stop: Stop) {
 
 #[cfg(test)]
 mod tests {
+    use sluice_aws::Via;
+
     use super::*;
 
     fn bucket_target() -> Target {
@@ -229,23 +210,23 @@ mod tests {
         Target { field: "spec.sinks[1].s3.bucket".into(), sink: "archive".into(), kind }
     }
 
+    fn answer(code: &str, status: u16) -> AwsFault {
+        let class = sluice_aws::fault::answer_class(Some(code), Some(status));
+        AwsFault { class, via: Via::Answer, code: Some(code.into()), status: Some(status), text: code.into() }
+    }
+
     #[test]
     fn missing_is_a_problem_naming_the_field_and_a_refused_head_bucket_is_not() {
         let t = bucket_target();
-        let Found::Problem(line) = t.judge(Some("NotFound"), Some(404), "NotFound", "bucket archive", None)
-        else {
+        let Found::Problem(line) = t.judge(&answer("NotFound", 404), "bucket archive", None) else {
             panic!("a missing bucket is a problem")
         };
         assert!(
             line.starts_with("spec.sinks[1].s3.bucket: bucket archive does not exist (AWS NotFound): "),
             "{line}"
         );
-        assert!(matches!(
-            t.judge(Some("Forbidden"), Some(403), "Forbidden", "bucket archive", None),
-            Found::Unknown(_)
-        ));
-        let Found::Problem(line) =
-            t.judge(Some("AccessDenied"), Some(403), "AccessDenied", "queue q", Some("sqs:SendMessage"))
+        assert!(matches!(t.judge(&answer("Forbidden", 403), "bucket archive", None), Found::Unknown(_)));
+        let Found::Problem(line) = t.judge(&answer("AccessDenied", 403), "queue q", Some("sqs:SendMessage"))
         else {
             panic!("a refused queue check is a problem")
         };

@@ -1,29 +1,17 @@
 //! What an AWS SDK error means for a sink: try again, or stop trying.
 //!
-//! Why one place: the sqs and s3 sinks (and their dead-letter use) must agree that a dropped
+//! Why here: the sqs and s3 sinks (and their dead-letter use) must agree that a dropped
 //! connection or a throttle is worth another attempt while a missing queue or a denied permission
 //! is not; and neither of the latter is the record's fault, so it must not be dead-lettered:
-//! the record goes back to the queue (`Outcome::Failed`) and the error reaches the logs.
+//! the record goes back to the queue (`Outcome::Failed`) and the error reaches the logs. The
+//! class itself is the one both binaries use (`sluice_aws::fault`); this maps it onto the sinks'
+//! retry policy.
 
+use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use sluice_aws::{AwsFault, FaultClass, Via};
 
 use super::retry::{AttemptError, Class, RetryPolicy};
-use crate::aws::describe;
-
-/// Error codes that AWS documents as throttling or a passing service fault.
-const TRANSIENT_CODES: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "SlowDown",
-    "ServiceUnavailable",
-    "InternalError",
-    "InternalFailure",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "KmsThrottled",
-];
 
 /// One failed AWS call, classified.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,40 +38,28 @@ impl AwsFailure {
     }
 }
 
-pub fn classify<E, R>(error: &SdkError<E, R>) -> AwsFailure
+pub fn classify<E>(error: &SdkError<E, HttpResponse>) -> AwsFailure
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
 {
-    let reason = describe(error);
-    match error {
-        SdkError::TimeoutError(_) => AwsFailure::Transient { kind: AttemptError::Timeout, reason },
-        SdkError::DispatchFailure(failure) => {
-            let kind = if failure.is_timeout() {
-                AttemptError::Timeout
-            } else if failure.is_io() {
-                AttemptError::Connect
-            } else if failure.is_user() {
-                return AwsFailure::Fatal { reason };
-            } else {
-                AttemptError::Io
+    from_fault(AwsFault::of(error))
+}
+
+/// Transient faults are retried as the kind of attempt error they were; missing, denied and other
+/// are not retried.
+fn from_fault(fault: AwsFault) -> AwsFailure {
+    let reason = fault.text;
+    match fault.class {
+        FaultClass::Transient => {
+            let kind = match fault.via {
+                Via::Timeout => AttemptError::Timeout,
+                Via::Connect => AttemptError::Connect,
+                Via::Io => AttemptError::Io,
+                Via::Answer | Via::Request => AttemptError::ServiceFault,
             };
             AwsFailure::Transient { kind, reason }
         }
-        SdkError::ResponseError(_) => AwsFailure::Transient { kind: AttemptError::Io, reason },
-        SdkError::ServiceError(_) => service_failure(error.code(), reason),
-        _ => AwsFailure::Fatal { reason },
-    }
-}
-
-/// A service's answer, from its error code (HTTP status is not exposed uniformly across
-/// services, and every AWS service names its transient faults).
-pub fn service_failure(code: Option<&str>, reason: String) -> AwsFailure {
-    match code {
-        Some(code) if TRANSIENT_CODES.contains(&code) || code.ends_with("Throttled") => {
-            AwsFailure::Transient { kind: AttemptError::ServiceFault, reason }
-        }
-        _ => AwsFailure::Fatal { reason },
+        FaultClass::Missing | FaultClass::Denied | FaultClass::Other => AwsFailure::Fatal { reason },
     }
 }
 
@@ -91,12 +67,23 @@ pub fn service_failure(code: Option<&str>, reason: String) -> AwsFailure {
 mod tests {
     use super::*;
 
+    fn answered(code: &str) -> AwsFault {
+        let class = sluice_aws::fault::answer_class(Some(code), Some(400));
+        AwsFault {
+            class,
+            via: Via::Answer,
+            code: Some(code.into()),
+            status: Some(400),
+            text: format!("{code}: nope"),
+        }
+    }
+
     #[test]
     fn throttles_and_service_faults_are_transient() {
         for code in ["ThrottlingException", "RequestThrottled", "KmsThrottled", "InternalError", "SlowDown"] {
-            assert!(
-                matches!(service_failure(Some(code), code.into()), AwsFailure::Transient { .. }),
-                "{code}"
+            assert_eq!(
+                from_fault(answered(code)),
+                AwsFailure::Transient { kind: AttemptError::ServiceFault, reason: format!("{code}: nope") }
             );
         }
     }
@@ -106,9 +93,19 @@ mod tests {
         for code in
             ["AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "AccessDenied", "NoSuchBucket"]
         {
-            let failure = service_failure(Some(code), format!("{code}: nope"));
-            assert_eq!(failure, AwsFailure::Fatal { reason: format!("{code}: nope") });
+            assert_eq!(from_fault(answered(code)), AwsFailure::Fatal { reason: format!("{code}: nope") });
         }
-        assert!(matches!(service_failure(None, "?".into()), AwsFailure::Fatal { .. }));
+    }
+
+    #[test]
+    fn a_dropped_connection_is_retried_as_one() {
+        let fault = AwsFault {
+            class: FaultClass::Transient,
+            via: Via::Connect,
+            code: None,
+            status: None,
+            text: "could not reach the endpoint: refused".into(),
+        };
+        assert!(matches!(from_fault(fault), AwsFailure::Transient { kind: AttemptError::Connect, .. }));
     }
 }

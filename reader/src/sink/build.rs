@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use sluice_crds::{RetrySpec, RouteSpec, SinkSpec};
+use sluice_crds::{RetrySpec, RouteSpec, SinkBlock, SinkKind, SinkSpec};
 use tokio_util::sync::CancellationToken;
 
 use super::dead_letter::DeadLetter;
@@ -43,20 +43,23 @@ pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBu
     if name.is_empty() {
         return Err(SinkBuildError::new("name", "must not be empty"));
     }
-    let sink: Arc<dyn Sink> = match (&spec.http, &spec.sqs, &spec.s3, &spec.log) {
-        (Some(http), None, None, None) => {
+    let Some(block) = spec.block() else {
+        let kinds = SinkKind::listed();
+        return Err(SinkBuildError::new("", format!("exactly one of {kinds} must be set")));
+    };
+    let sink: Arc<dyn Sink> = match block {
+        SinkBlock::Http(http) => {
             let sink = HttpSink::new(name, http, policy)?.stopping(ctx.stopping.clone());
             match &http.batch {
                 None => Arc::new(sink),
                 Some(batch) => Arc::new(HttpBatchSink::new(sink, batch)?),
             }
         }
-        (None, Some(sqs), None, None) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
-        (None, None, Some(s3), None) => {
+        SinkBlock::Sqs(sqs) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
+        SinkBlock::S3(s3) => {
             Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?.stopping(ctx.stopping.clone()))
         }
-        (None, None, None, Some(log)) => Arc::new(LogSink::new(name, log)),
-        _ => return Err(SinkBuildError::new("", "exactly one of http, sqs, s3, log must be set")),
+        SinkBlock::Log(log) => Arc::new(LogSink::new(name, log)),
     };
     Ok(sink)
 }
@@ -120,7 +123,7 @@ pub fn build_all(
         None => None,
         Some(spec) => {
             let at = "spec.deadLetterSink";
-            if spec.s3.is_some() || spec.log.is_some() {
+            if spec.kind().is_some_and(|k| !k.can_dead_letter()) {
                 return Err(SinkBuildError::new("", "a dead-letter sink must be http or sqs").within(at));
             }
             if spec.route.is_some() {

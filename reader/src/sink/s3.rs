@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
@@ -229,7 +230,7 @@ impl S3Sink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
+        let client = Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
         let sink = Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy);
         let layout = Layout::new(&spec.prefix, template, spec.key_time, spec.compression);
         Ok(Self {
@@ -741,12 +742,11 @@ impl S3Sink {
     }
 
     /// Run one S3 call under the retry policy; the error says which call and why.
-    pub(super) async fn retrying<T, E, R, F, Fut>(&self, what: &str, call: F) -> Result<T, SinkError>
+    pub(super) async fn retrying<T, E, F, Fut>(&self, what: &str, call: F) -> Result<T, SinkError>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
         let mut attempts = Attempts::new(&self.policy, &self.stats);
         loop {

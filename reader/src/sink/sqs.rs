@@ -28,7 +28,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::future::{BoxFuture, join_all};
 use sluice_crds::SqsSinkSpec;
 
-use super::aws_error::{self, AwsFailure, service_failure};
+use super::aws_error::{self, AwsFailure};
 use super::error::SinkBuildError;
 use super::retry::{AttemptError, Attempts, RetryPolicy};
 use super::sqs_attributes::{self, PACKED, data_type};
@@ -74,7 +74,7 @@ impl SqsSink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build());
+        let client = Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
         let offload = match &spec.offload {
             Some(offload) => {
                 Some(Offload::new(offload, spec.endpoint.as_deref(), spec.region.as_deref(), aws)?)
@@ -220,13 +220,8 @@ impl SqsSink {
             if failed.sender_fault() {
                 settle(failed.id(), Outcome::Rejected { reason });
             } else {
-                failure = Some(match service_failure(Some(failed.code()), reason) {
-                    // A receiver fault on one entry is the service's: always worth retrying.
-                    AwsFailure::Fatal { reason } => {
-                        AwsFailure::Transient { kind: AttemptError::ServiceFault, reason }
-                    }
-                    transient => transient,
-                });
+                // A receiver fault on one entry is the service's: always worth retrying.
+                failure = Some(AwsFailure::Transient { kind: AttemptError::ServiceFault, reason });
             }
         }
         let retry: Vec<usize> = pending.iter().map(|(i, _)| *i).filter(|i| outcomes[*i].is_none()).collect();

@@ -46,7 +46,7 @@ impl Offload {
             config = config.region(Region::new(region.to_owned()));
         }
         Ok(Self {
-            client: Client::from_conf(config.interceptor(crate::aws::requests::CountRequests).build()),
+            client: Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build()),
             bucket: spec.bucket.clone(),
             threshold: usize::try_from(spec.threshold_bytes).unwrap_or(usize::MAX),
         })

@@ -4,9 +4,8 @@
 //! Each run waits until the source is idle at zero readers, sends a burst, and samples the reader
 //! Deployment's `spec.replicas` every 50 ms. The reaction is the time from the burst's arrival (the
 //! first SendMessageBatch acknowledged, so its messages are visible in the queue) to the first sample
-//! with more replicas than before, against the target of one poll interval plus 2 s. The arithmetic is
-//! the operator's `scaler::reaction` (sluice-operator is not a dependency of this crate, so its few
-//! lines are repeated here).
+//! with more replicas than before, against the target of one poll interval plus 2 s
+//! (`sluice_tests::reaction`).
 //!
 //! Run: `cargo build --workspace --bins && target/debug/sluice-bench-scale --runs 5`.
 
@@ -17,14 +16,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::reaction::{Reaction, ReplicaSample, SLACK};
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::{System, bin_dir};
 
 const SOURCE: &str = "bench";
-/// Slack beyond one poll interval (as in `sluice_operator::scaler::reaction::SLACK`).
-const SLACK: Duration = Duration::from_secs(2);
-
 #[derive(Debug, Parser)]
 #[command(name = "sluice-bench-scale")]
 struct Args {
@@ -48,35 +45,6 @@ struct Args {
     state_dir: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    at: Duration,
-    replicas: i32,
-}
-
-#[derive(Debug)]
-struct Reaction {
-    reaction: Option<Duration>,
-    to_peak: Option<Duration>,
-    peak: i32,
-}
-
-/// As `sluice_operator::scaler::reaction::Reaction::measure`: the first sample after the burst above
-/// the replicas at the burst, and the highest count seen.
-fn measure(burst_at: Duration, samples: &[Sample]) -> Reaction {
-    let mut samples = samples.to_vec();
-    samples.sort_by_key(|s| s.at);
-    let before = samples.iter().rev().find(|s| s.at <= burst_at).map_or(0, |s| s.replicas);
-    let after = || samples.iter().filter(move |s| s.at > burst_at);
-    let raised = after().find(|s| s.replicas > before).map(|s| s.at - burst_at);
-    let peak = after().max_by_key(|s| (s.replicas, std::cmp::Reverse(s.at)));
-    Reaction {
-        reaction: raised,
-        to_peak: peak.filter(|p| p.replicas > before).map(|p| p.at - burst_at),
-        peak: peak.map_or(before, |p| p.replicas.max(before)),
-    }
-}
-
 fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> String {
     SourceYaml::new(SOURCE, &queue.url, endpoint)
         .visibility_timeout(10)
@@ -92,13 +60,13 @@ fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> St
 /// One burst: returns its reaction and how long sending took.
 async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Reaction, Duration)> {
     let start = Instant::now();
-    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+    let samples: Arc<Mutex<Vec<ReplicaSample>>> = Arc::default();
     let first_ack: Arc<Mutex<Option<Duration>>> = Arc::default();
     let sampling = async {
         // Until the fleet has peaked or 60 s passed.
         while start.elapsed() < Duration::from_secs(60) {
             let replicas = system.reader_replicas(SOURCE).await?.unwrap_or(0);
-            samples.lock().expect("samples").push(Sample { at: start.elapsed(), replicas });
+            samples.lock().expect("samples").push(ReplicaSample { at: start.elapsed(), replicas });
             if replicas >= args.max_replicas {
                 break;
             }
@@ -124,7 +92,8 @@ async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Re
     let sent = sent?;
     let burst_at = first_ack.lock().expect("first ack").context("no batch was acknowledged")?;
     let samples = samples.lock().expect("samples").clone();
-    Ok((measure(burst_at, &samples), sent - burst_at))
+    let poll = Duration::from_secs(args.poll_interval);
+    Ok((Reaction::measure(burst_at, &samples, poll), sent - burst_at))
 }
 
 fn median(mut values: Vec<Duration>) -> Option<Duration> {
@@ -176,13 +145,13 @@ async fn main() -> Result<()> {
         sent_total += args.messages.div_ceil(args.senders).max(10) as u64 * args.senders as u64;
         match r.reaction {
             Some(reaction) => {
-                let met = reaction <= target;
+                let met = r.within_target();
                 missed += usize::from(!met);
                 println!(
                     "run {run}: burst to raised replicas {:.2}s ({}), to peak of {} {:.2}s; sending took {:.1}s",
                     reaction.as_secs_f64(),
                     if met { "met" } else { "MISSED" },
-                    r.peak,
+                    r.peak_replicas,
                     r.to_peak.unwrap_or(reaction).as_secs_f64(),
                     sending.as_secs_f64()
                 );
@@ -220,19 +189,6 @@ async fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(millis: u64, replicas: i32) -> Sample {
-        Sample { at: Duration::from_millis(millis), replicas }
-    }
-
-    #[test]
-    fn reaction_is_measured_from_the_burst_to_the_first_raise() {
-        let samples = [at(0, 0), at(900, 0), at(4_200, 2), at(9_300, 4), at(60_000, 0)];
-        let r = measure(Duration::from_millis(1_000), &samples);
-        assert_eq!(r.reaction, Some(Duration::from_millis(3_200)));
-        assert_eq!(r.to_peak, Some(Duration::from_millis(8_300)));
-        assert_eq!(r.peak, 4);
-    }
 
     #[test]
     fn median_of_odd_and_even_counts() {

@@ -2,7 +2,8 @@
 //! `spec.replicas` as it was watched, how long until the fleet grew, against the target of one poll
 //! interval plus 2 s (KEDA's defaults allow up to 30 s of polling plus a 15 s HPA sync).
 //!
-//! Pure, so the benchmark program only sends the burst, watches the Deployment and prints this.
+//! Pure, so `sluice-bench-scale` only sends the burst, watches the Deployment and prints this; it
+//! is the benchmark's alone (the operator reacts, it does not measure its reaction).
 
 use std::fmt;
 use std::time::Duration;
