@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::acker::BATCH;
 use super::gate::Gate;
-use super::held_report;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
@@ -67,7 +66,7 @@ impl Heartbeat {
                 deletes.pop_front();
             }
             self.report(&deletes, now);
-            held_report::cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
+            self.metrics.report.cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
         }
     }
 
@@ -89,6 +88,7 @@ impl Heartbeat {
             }
             _ => 0,
         };
+        self.metrics.report.drained(drain);
         self.gate.held(covered_ms, drain, in_flight);
     }
 

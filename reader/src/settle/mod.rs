@@ -10,7 +10,6 @@ pub mod held_report;
 pub mod ledger;
 pub mod pipeline;
 mod sorted;
-pub mod wait_quantiles;
 
 pub use epoch_steps::{Deleted, EpochSettle};
 pub use gate::{Decision, Gate, Open};
