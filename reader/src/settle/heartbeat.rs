@@ -13,12 +13,13 @@ use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::acker::BATCH;
+use super::events::ExtendFailed;
 use super::gate::Gate;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
 use crate::aws::requests::{PerMessage, requests_total};
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
 const TICK: Duration = Duration::from_millis(500);
@@ -141,12 +142,12 @@ impl Heartbeat {
                 .failed
                 .into_iter()
                 .map(|f| {
-                    self.metrics.fault(Fault::ExtendFailed(f.code));
+                    ExtendFailed { queue_url: &q.url, code: &f.code, entries: 1 }.emit(&self.metrics);
                     f.id
                 })
                 .collect(),
             Err(e) => {
-                self.metrics.fault(Fault::ExtendFailed(error_type(&e)));
+                ExtendFailed { queue_url: &q.url, code: &error_type(&e), entries: 1 }.emit(&self.metrics);
                 return;
             }
         };

@@ -3,6 +3,7 @@
 
 pub mod acker;
 mod epoch_steps;
+pub mod events;
 pub mod gate;
 pub mod heartbeat;
 pub mod held;
