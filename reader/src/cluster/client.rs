@@ -15,6 +15,7 @@ use crate::exactly_once::{Backend, Entries};
 use crate::intake::limiter::Limiter;
 use crate::process::error::{Error, Result};
 use crate::process::metrics::Metrics;
+use crate::settle::held_report::ReaderReport;
 
 /// The in-cluster (or kubeconfig) client, and the namespace: `POD_NAMESPACE`, else the client's.
 async fn client() -> Result<(kube::Client, String), kube::Error> {
@@ -33,6 +34,7 @@ pub async fn join(
     source: &str,
     pod: &str,
     lease_duration: Duration,
+    report: Arc<ReaderReport>,
     stop: CancellationToken,
 ) -> Result<(Arc<dyn Backend>, Entries)> {
     let (client, namespace) =
@@ -43,6 +45,7 @@ pub async fn join(
         source_uid: std::env::var("SLUICE_SOURCE_UID").unwrap_or_default(),
         pod: pod.to_owned(),
         lease_duration,
+        report,
     };
     tracing::info!(lease = ?config.lease_duration, "joining the checkpoint protocol");
     let (cluster, inherited) = Cluster::join(client, config, stop)
@@ -82,7 +85,7 @@ pub async fn start_share(
 /// Report this reader's sink health in its lease ConfigMap until `stop` (see `health_report`); for
 /// readers that hold no protocol lease (atLeastOnce). Without an API client it says so and
 /// reports nothing.
-pub async fn report_sink_health(source: &str, pod: &str, stop: CancellationToken) {
+pub async fn report_sink_health(source: &str, pod: &str, report: Arc<ReaderReport>, stop: CancellationToken) {
     let (client, namespace) = match client().await {
         Ok(found) => found,
         Err(error) => {
@@ -100,6 +103,7 @@ pub async fn report_sink_health(source: &str, pod: &str, stop: CancellationToken
         pod: pod.to_owned(),
         // No protocol lease is held: the duration is not written.
         lease_duration: Duration::ZERO,
+        report,
     };
     let reporter = Reporter { config_maps: kube::Api::namespaced(client, &namespace), config };
     tokio::spawn(reporter.run(stop));

@@ -8,9 +8,10 @@
 //! carry the report (`lease::lease_object`); otherwise [`Reporter`] writes a ConfigMap holding only
 //! these keys (no protocol keys: the coordinator ignores it).
 //!
-//! Beside it, under the key `held`, the rest of the reader's report (`settle::held_report`): what
-//! it holds, its drain rate, the oldest age it received and how long its messages waited, for the
-//! source's `status.readers` and the autoscaler. This writer is what lets an at-least-once source
+//! Beside it, under the key `held`, the rest of the reader's report: what it holds, its drain
+//! rate, the oldest age it received and how long its messages waited, for the source's
+//! `status.readers` and the autoscaler. Both come from the one `settle::held_report::ReaderReport`
+//! the reader builds at start. This writer is what lets an at-least-once source
 //! scale on its drain rate as an exactly-once one does.
 //!
 //! Why rate-limited: a failing sink changes its counts with every message. A write is made when
@@ -35,8 +36,8 @@ use sluice_protocol::{lease_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{ClusterConfig, lease_metadata};
-use crate::settle::held_report;
-use crate::sink::health::{self, SinkReport};
+use crate::process::health::SinkReport;
+use crate::settle::held_report::{self, ReaderReport};
 
 /// The data key of the report.
 pub const KEY: &str = "sinkHealth";
@@ -54,26 +55,21 @@ struct Report<'a> {
 }
 
 /// The data entry for `sinks`, written at `now_ms`.
-fn encode(sinks: &BTreeMap<String, SinkReport>, now_ms: i64) -> (String, String) {
+pub fn entry(sinks: &BTreeMap<String, SinkReport>, now_ms: i64) -> (String, String) {
     let report = Report { reported_at_ms: now_ms, sinks };
     (KEY.to_owned(), serde_json::to_string(&report).unwrap_or_default())
 }
 
-/// The data entry for this reader's sink health now.
-pub fn entry() -> (String, String) {
-    encode(&health::report(), now_ms())
-}
-
 /// Per sink: its name, whether it fails, whether it is stalled; and the shape of what the reader
-/// holds (`held_report::shape`).
+/// holds (`ReaderReport::shape`).
 type Shape = (Vec<(String, bool, bool)>, Option<held_report::Shape>);
 
 /// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled,
 /// and a change by about half or double of what the reader holds, of its drain rate or of the
 /// oldest age it received, or of its bound.
-fn shape(sinks: &BTreeMap<String, SinkReport>) -> Shape {
+fn shape(sinks: &BTreeMap<String, SinkReport>, report: &ReaderReport) -> Shape {
     let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect();
-    (sinks, held_report::shape())
+    (sinks, report.shape())
 }
 
 /// Whether a write is due: never before `MIN_GAP`, at `REFRESH`, and in between when the shape
@@ -96,13 +92,14 @@ impl Reporter {
         let mut last: Option<(Instant, Shape)> = None;
         let mut failing = false;
         loop {
-            let sinks = health::report();
+            let report = &self.config.report;
+            let sinks = report.sinks();
             let now = Instant::now();
-            let shape = shape(&sinks);
+            let shape = shape(&sinks, report);
             if due(last.as_ref(), now, &shape) {
                 let now_ms = now_ms();
-                let held = held_report::entry(&self.config.pod, now_ms);
-                match self.write(encode(&sinks, now_ms), held).await {
+                let held = report.held_entry(&self.config.pod, now_ms);
+                match self.write(entry(&sinks, now_ms), held).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("sink health reported to the operator again");
@@ -188,7 +185,7 @@ mod tests {
                 circuit: "open",
             },
         )]);
-        let (key, value) = encode(&sinks, 7);
+        let (key, value) = entry(&sinks, 7);
         assert_eq!(key, "sinkHealth");
         assert_eq!(
             value,

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::health_report;
 use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
-use crate::settle::held_report;
+use crate::settle::held_report::ReaderReport;
 
 /// How often the checkpoint ConfigMap is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(250);
@@ -51,6 +51,8 @@ pub struct ClusterConfig {
     pub pod: String,
     /// Must be shorter than the queue's visibility timeout (PROTOCOL.md "lease and visibility").
     pub lease_duration: Duration,
+    /// What the lease ConfigMap carries beside the lease: the reader's report.
+    pub report: Arc<ReaderReport>,
 }
 
 /// The lease as last written, with the resourceVersion the next write must match.
@@ -73,7 +75,7 @@ pub struct Cluster {
 }
 
 /// The lease ConfigMap object for `lease`, with this reader's sink health (`health_report`) and
-/// what it holds (`settle::held_report`), so that under exactlyOnce every renewal reports them too
+/// what it holds (`settle::held_report::ReaderReport`), so that under exactlyOnce every renewal reports them too
 /// without a write of its own (a second writer would break the lease's compare-and-swap).
 pub fn lease_object(
     config: &ClusterConfig,
@@ -81,8 +83,9 @@ pub fn lease_object(
     resource_version: Option<String>,
 ) -> Result<ConfigMap> {
     let mut data = lease.to_data()?;
-    data.extend([health_report::entry()]);
-    data.extend(held_report::entry(&config.pod, now_ms()));
+    let now = now_ms();
+    data.extend([health_report::entry(&config.report.sinks(), now)]);
+    data.extend(config.report.held_entry(&config.pod, now));
     Ok(ConfigMap {
         metadata: lease_metadata(config, resource_version),
         data: Some(data),
@@ -444,7 +447,6 @@ impl Backend for Cluster {
     }
 
     fn report(&self, drain_millis_per_second: u64, in_flight: u64, draining: bool) {
-        held_report::drained(drain_millis_per_second);
         *self.figures.lock().unwrap_or_else(|p| p.into_inner()) =
             (drain_millis_per_second, in_flight, draining);
     }
@@ -461,6 +463,7 @@ mod tests {
             source_uid: "uid-1".into(),
             pod: "orders-reader-x".into(),
             lease_duration: Duration::from_secs(10),
+            report: Arc::new(ReaderReport::new(Arc::default(), Arc::default())),
         }
     }
 

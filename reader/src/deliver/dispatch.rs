@@ -16,13 +16,16 @@ use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use sluice_protocol::now_ms;
 use tracing::{Instrument, Span};
 
+use crate::deliver::events::{
+    DeadLetterFailed, DeadLettered, Delivered, DeliveryFailed, FailureKind, NoDeadLetterSink, ObjectRefused,
+    RefusalUnsettled,
+};
 use crate::deliver::{fifo, message_span};
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::{Metrics, queue_name};
-use crate::process::warnings;
 use crate::record::Record;
 use crate::sink::dead_letter::leaves_context_out;
-use crate::sink::{Outcome, Sinks, circuit, health};
+use crate::sink::{Outcome, Sinks};
 
 /// What the ledger does with one message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,7 +249,7 @@ impl Dispatcher {
         });
         for (s, idx, answer, traced, span) in join_all(calls).await {
             let _in_delivery = span.enter();
-            let name = self.sinks.sinks[s].sink.name();
+            let (name, circuits) = (self.sinks.sinks[s].sink.name(), &*self.sinks.circuits);
             let acked_ms = now_ms();
             let mut delivered = 0;
             for (k, &i) in idx.iter().enumerate() {
@@ -261,25 +264,20 @@ impl Dispatcher {
                 match &outcome {
                     Outcome::Delivered => {
                         delivered += 1;
-                        self.metrics.delivered_record(name, &items[i].record, acked_ms);
-                        health::delivered(name);
-                        circuit::succeeded(name, &self.metrics);
+                        let record = &items[i].record;
+                        Delivered { sink: name, circuits, record, acked_ms }.emit(&self.metrics);
                     }
                     Outcome::Rejected { reason } => {
-                        // The sink answered (the record is at fault): it is up.
-                        circuit::succeeded(name, &self.metrics);
                         refusals[i].push((name, reason.clone()));
-                        self.metrics.sink_error(name, "rejected");
-                        warnings::delivery_failed(name, "rejected", reason);
+                        let kind = FailureKind::Rejected;
+                        DeliveryFailed { sink: name, circuits, kind, reason }.emit(&self.metrics);
                     }
                     Outcome::Redeliver { reason } => {
                         tracing::debug!(message_id = %items[i].record.message_id, %reason, "to be received again");
                     }
                     Outcome::Failed { reason } => {
-                        health::failed(name, reason);
-                        circuit::failed(name, reason, &self.metrics);
-                        self.metrics.sink_error(name, "failed");
-                        warnings::delivery_failed(name, "failed", reason);
+                        let kind = FailureKind::Failed;
+                        DeliveryFailed { sink: name, circuits, kind, reason }.emit(&self.metrics);
                     }
                 }
                 outcomes[i].push(outcome);
@@ -304,7 +302,7 @@ impl Dispatcher {
                         match &item.record.object {
                             Some(object) if !sink.streams_objects() => {
                                 let reason = object.refusal(sink.name());
-                                warnings::delivery_failed(sink.name(), "rejected", &reason);
+                                ObjectRefused { sink: sink.name(), reason: &reason }.emit(&self.metrics);
                                 outcomes[i].push(Outcome::Rejected { reason });
                             }
                             _ => per_sink[s].push(i),
@@ -340,14 +338,11 @@ impl Dispatcher {
             }
         }
         for (i, verdict) in self.settle_rejected(items, rejected).await {
-            // A sink that refuses a poison record the dead-letter sink then takes is working: it
-            // said the record is bad, and the record is settled. Counted as a failure, one poison
-            // message followed by a quiet queue would leave the sink "failing" with no success to
-            // clear it, and the reader unready. A refusal that settles nothing (no dead-letter
-            // sink, or it failed too) is a failure.
+            // A refusal that settles nothing (no dead-letter sink, or it failed too) is a failure
+            // of the sink's after all (`RefusalUnsettled` says why only then).
             if verdict != Verdict::Delete {
                 for (sink, reason) in &refusals[i] {
-                    health::failed(sink, reason);
+                    RefusalUnsettled { sink, reason }.emit(&self.metrics);
                 }
             }
             verdicts[i] = verdict;
@@ -369,8 +364,7 @@ impl Dispatcher {
             for (i, reason) in &rejected {
                 tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                     "rejected and no deadLetterSink is configured; releasing");
-                self.metrics.fault(Fault::NoDeadLetterSink);
-                warnings::no_dead_letter_sink(reason);
+                NoDeadLetterSink { reason }.emit(&self.metrics);
             }
             return rejected.into_iter().map(|(i, _)| (i, Verdict::Release)).collect();
         };
@@ -384,12 +378,9 @@ impl Dispatcher {
             .enumerate()
             .map(|(k, (i, reason))| match answer.get(k) {
                 Some(Outcome::Delivered) => {
-                    health::delivered(dead_letter.sink().name());
-                    tracing::info!(message_id = %items[*i].record.message_id, traceparent = items[*i].record.trace.as_deref(), %reason, "dead-lettered");
-                    self.metrics.dead_lettered(&items[*i].record.queue_url);
-                    if leaves_context_out(&items[*i].record) {
-                        self.metrics.fault(Fault::DeadLetterReasonLeftOut);
-                    }
+                    let (sink, record) = (dead_letter.sink().name(), &*items[*i].record);
+                    let context_left_out = leaves_context_out(record);
+                    DeadLettered { sink, record, reason, context_left_out }.emit(&self.metrics);
                     (*i, Verdict::Delete)
                 }
                 other => {
@@ -404,9 +395,7 @@ impl Dispatcher {
                     };
                     tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                         "dead-letter sink did not take the record; holding");
-                    health::failed(sink, &reason);
-                    warnings::delivery_failed(sink, "dead_letter_failed", &reason);
-                    self.metrics.fault(Fault::DeadLetterFailed);
+                    DeadLetterFailed { sink, reason: &reason }.emit(&self.metrics);
                     (*i, Verdict::Hold)
                 }
             })

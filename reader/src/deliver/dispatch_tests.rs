@@ -67,11 +67,22 @@ fn poison(id: &str) -> Item {
 }
 
 fn dispatcher(sink: Arc<Scripted>, dead_letter: Option<Arc<Scripted>>, fail_on_error: bool) -> Dispatcher {
+    dispatcher_on(Arc::new(Metrics::new()), sink, dead_letter, fail_on_error)
+}
+
+/// A dispatcher that reports into `metrics` (and the reader health they carry).
+fn dispatcher_on(
+    metrics: Arc<Metrics>,
+    sink: Arc<Scripted>,
+    dead_letter: Option<Arc<Scripted>>,
+    fail_on_error: bool,
+) -> Dispatcher {
     let sinks = Sinks {
         sinks: vec![RoutedSink { sink, route: None }],
         dead_letter: dead_letter.map(|d| DeadLetter::new(d as Arc<dyn Sink>)),
+        circuits: Arc::default(),
     };
-    Dispatcher::new(sinks, fail_on_error, Arc::new(Metrics::new()))
+    Dispatcher::new(sinks, fail_on_error, metrics)
 }
 
 #[test]
@@ -118,11 +129,16 @@ async fn a_dead_letter_sink_that_fails_leaves_the_record_held() {
 /// after one bad message must not leave the reader unready); with no dead-letter sink it is.
 #[tokio::test]
 async fn a_refusal_counts_against_the_sink_only_while_the_record_stays_unsettled() {
+    let metrics = Arc::new(Metrics::new());
     let (settled, dlq) = (Scripted::new("refuses-settled"), Scripted::taking_all("dlq-settled"));
-    dispatcher(settled, Some(dlq), false).dispatch(&[item("c", "reject", None)], false).await;
+    dispatcher_on(metrics.clone(), settled, Some(dlq), false)
+        .dispatch(&[item("c", "reject", None)], false)
+        .await;
     let unsettled = Scripted::new("refuses-unsettled");
-    dispatcher(unsettled, None, false).dispatch(&[item("d", "reject", None)], false).await;
-    let report = crate::sink::health::report();
+    dispatcher_on(metrics.clone(), unsettled, None, false)
+        .dispatch(&[item("d", "reject", None)], false)
+        .await;
+    let report = metrics.health.sink_report();
     assert_eq!(report["refuses-unsettled"].failures_since, 1);
     assert_eq!(report["refuses-unsettled"].last_error.as_deref(), Some("HTTP 400"));
     assert!(
@@ -175,6 +191,7 @@ async fn routes_pick_the_sinks_and_every_target_must_deliver() {
             RoutedSink { sink: orders.clone(), route: Some(route) },
         ],
         dead_letter: None,
+        circuits: Arc::default(),
     };
     let metrics = Arc::new(Metrics::new());
     let dispatcher = Dispatcher::new(sinks, false, metrics.clone());
@@ -217,7 +234,11 @@ impl Sink for Held {
 async fn per_record_sinks_settle_each_message_without_waiting_for_the_slowest() {
     use futures::StreamExt;
     let held = Arc::new(Held { release: tokio::sync::Notify::new() });
-    let sinks = Sinks { sinks: vec![RoutedSink { sink: held.clone(), route: None }], dead_letter: None };
+    let sinks = Sinks {
+        sinks: vec![RoutedSink { sink: held.clone(), route: None }],
+        dead_letter: None,
+        circuits: Arc::default(),
+    };
     let dispatcher = Dispatcher::new(sinks, false, Arc::new(Metrics::new()));
     let items = [item("slow", "held", None), item("a", "ok", None), item("b", "ok", None)];
     let mut settled = dispatcher.settle_as_done(&items, false);

@@ -1,5 +1,6 @@
 //! From records to sink verdicts: routing, FIFO runs, dead-lettering.
 
 pub mod dispatch;
+pub mod events;
 pub mod fifo;
 mod message_span;

@@ -26,7 +26,7 @@ use super::filter::{Filter, Judgement};
 use crate::deliver::dispatch::{Item, Verdict};
 use crate::process::error::{Error, Result};
 use crate::process::filter_metrics::FilterCounts;
-use crate::process::metrics::queue_name;
+use crate::process::metrics::{Metrics, queue_name};
 use crate::process::warnings;
 use crate::record::Record;
 use crate::settle::ledger::Ticket;
@@ -92,7 +92,7 @@ impl FilterStage {
                 Judgement::Mismatch => {}
                 Judgement::Error(reason) => {
                     counts.errors += 1;
-                    warn_error(&intake.queue.url, &reason);
+                    warn_error(&intake.metrics, &intake.queue.url, &reason);
                 }
             }
             match (self.fate, self.route_to) {
@@ -131,9 +131,9 @@ pub fn mark_routes(tickets: &[Ticket], items: &mut [Item], routed: &[(Ticket, us
 }
 
 /// One WARN line per queue per `warnings::WINDOW`, with the count and the latest reason.
-fn warn_error(queue_url: &str, reason: &str) {
+fn warn_error(metrics: &Metrics, queue_url: &str, reason: &str) {
     let queue = queue_name(queue_url);
-    if let Some(errors) = warnings::due(queue, "filter_error") {
+    if let Some(errors) = metrics.health.warnings().due(queue, "filter_error") {
         let window = warnings::WINDOW.as_secs();
         tracing::warn!(
             queue,

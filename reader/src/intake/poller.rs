@@ -22,9 +22,11 @@ use super::filtering::mark_routes;
 use super::receive::{random_attempt_id, receive_once};
 use super::window::{Quiet, Turn as WindowTurn};
 use crate::deliver::dispatch::{Item, Verdict};
+use crate::payload::events::ObjectUnreadable;
 use crate::payload::{Resolution, Resolver, hold, pointer};
 use crate::process::backoff::backoff;
-use crate::process::events::Fault;
+use crate::process::events::receive::ReceiveFailed;
+use crate::process::events::{Event, Fault};
 use crate::process::metrics::queue_name;
 use crate::process::stop::Stop;
 use crate::record::Record;
@@ -190,7 +192,8 @@ impl Poller {
             Err(_) if stopping => return Turn::Stop,
             Err(error) => {
                 let delay = retry.backoff.next().unwrap_or(LONGEST_RETRY);
-                tracing::warn!(poller = self.id, queue = %self.intake.queue.url, %error, ?delay, "receive failed; backing off");
+                ReceiveFailed { queue_url: &self.intake.queue.url, error: &error, retry_in: delay }
+                    .emit(metrics);
                 return tokio::select! {
                     () = stop.stopped() => Turn::Stop,
                     () = tokio::time::sleep(delay) => Turn::Again,
@@ -283,9 +286,10 @@ impl Poller {
         }
         Waits::add(&self.waits.rate_us, since);
         self.intake.metrics.held.waited(items.len(), landed.elapsed());
-        crate::settle::held_report::waited(
+        self.intake.metrics.report.waited(
             items.iter().map(|i| i.record.sent_timestamp_ms),
             landed.elapsed(),
+            now_ms(),
         );
         self.intake.pipeline.deliver(tickets, items, self.intake.queue.fifo, claim);
         true
@@ -326,7 +330,7 @@ impl Poller {
         let sent_ms: Vec<i64> = usable.iter().filter_map(sent_timestamp_ms).collect();
         let bytes: usize = usable.iter().map(|m| m.body().map_or(0, str::len)).sum();
         metrics.received(&self.intake.queue.url, usable.len() as u64, bytes as u64, &sent_ms, now_ms());
-        crate::settle::held_report::received(&sent_ms, now_ms());
+        metrics.report.received(&sent_ms, now_ms());
         let usable = self.intake.pipeline.sort(&self.intake.queue, usable).await;
         let arrivals: Vec<Arrival> = usable
             .iter()
@@ -414,8 +418,7 @@ impl Poller {
             let (item, settle) = match resolution {
                 Resolution::Deliver(record) => (Item::new(record, None), None),
                 Resolution::Poison(record, reason) => {
-                    metrics.fault(Fault::UnreadableObject);
-                    crate::payload::warn("unreadable", &reason);
+                    ObjectUnreadable { reason: &reason }.emit(metrics);
                     (Item::new(record, Some(reason)), None)
                 }
                 Resolution::Acknowledge(record) => (Item::new(record, None), Some(Verdict::Delete)),

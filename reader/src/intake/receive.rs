@@ -8,16 +8,16 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use crate::aws::queue::Queue;
 use crate::aws::{describe, error_type};
 use crate::config::settings::ReceiveSettings;
-use crate::process::events::Fault;
+use crate::process::events::receive::ReceiveError;
 use crate::process::metrics::Metrics;
 
-/// Receive once from `queue`; the error is one line for the log (kind and reason).
+/// Receive once from `queue`; the error says why (`process::events::receive` counts and logs it).
 pub async fn receive_once(
     queue: &Queue,
     receive: &ReceiveSettings,
     attempt_id: Option<String>,
     metrics: &Metrics,
-) -> Result<ReceiveMessageOutput, String> {
+) -> Result<ReceiveMessageOutput, ReceiveError> {
     let call = queue
         .client
         .receive_message()
@@ -38,15 +38,8 @@ pub async fn receive_once(
             metrics.receive_call(&queue.url);
             Ok(out)
         }
-        Ok(Err(e)) => {
-            let kind = error_type(&e);
-            metrics.fault(Fault::ReceiveFailed(kind.clone()));
-            Err(format!("{kind}: {}", describe(&e)))
-        }
-        Err(_) => {
-            metrics.fault(Fault::ReceiveTimeout);
-            Err(format!("no answer within {limit:?}"))
-        }
+        Ok(Err(e)) => Err(ReceiveError::Failed { code: error_type(&e), reason: describe(&e) }),
+        Err(_) => Err(ReceiveError::Timeout { limit }),
     }
 }
 

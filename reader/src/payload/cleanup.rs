@@ -24,7 +24,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::events::ObjectsLeft;
 use super::pointer::Pointer;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
 /// The id `settle` gives one received message (a redelivery gets a new one); opaque here.
@@ -77,13 +79,12 @@ impl ObjectCleanup {
             match &queue {
                 Some(tx) => {
                     if let Err(e) = tx.try_send(object) {
-                        dropped += 1;
                         let object = e.into_inner();
                         let reason = format!(
                             "s3://{}/{} left in place: {QUEUED} objects already wait for deletion (S3 slower than the queue drains)",
                             object.bucket, object.key
                         );
-                        super::cleanup_task::warn("dropped", &reason);
+                        ObjectsLeft { kind: "dropped", objects: 1, reason: &reason }.emit(&self.metrics);
                     }
                 }
                 None => dropped += 1,

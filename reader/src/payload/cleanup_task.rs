@@ -13,9 +13,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cleanup::{KEYS_PER_CALL, calls};
+use super::events::ObjectsLeft;
 use super::pointer::Pointer;
 use crate::aws::{describe, error_type};
 use crate::process::backoff::backoff;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
 /// How long the first object of a call waits for others to join it.
@@ -87,9 +89,9 @@ async fn delete_with_retries(
             tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
         }
     }
-    metrics.payload.object_deletes("failed", keys.len() as u64);
     let why = last.unwrap_or(Failure { code: "unknown".into(), text: "no answer".into() });
-    warn("failed", &given_up(bucket, &keys, &why));
+    let reason = given_up(bucket, &keys, &why);
+    ObjectsLeft { kind: "failed", objects: keys.len() as u64, reason: &reason }.emit(metrics);
 }
 
 /// One DeleteObjects call: the keys S3 did not delete, each with why.
@@ -137,12 +139,6 @@ pub fn given_up(bucket: &str, keys: &[String], why: &Failure) -> String {
         "DeleteObjects s3://{bucket}/{first}{more} answered {} after {ATTEMPTS} attempts ({}): {advice}; the object stays, its message is already deleted",
         why.code, why.text
     )
-}
-
-/// A WARN line for objects left in place (`kind`: `failed`, `dropped`), if one is due: at most
-/// one per kind per `warnings::WINDOW`, with the count.
-pub fn warn(kind: &'static str, reason: &str) {
-    super::warn_limited("object delete", kind, reason);
 }
 
 #[cfg(test)]

@@ -18,10 +18,13 @@ use bytes::Bytes;
 use sluice_aws::{AwsFault, FaultClass};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::events::{FetchAnswered, FetchFailed};
 use super::stream::{ObjectRef, StreamSource, StreamedObject};
 use crate::config::payload::Bounds;
 use crate::process::backoff::backoff;
+use crate::process::events::Event;
 use crate::process::fetch_stats::FetchStats;
+use crate::process::metrics::Metrics;
 
 /// Attempts of one fetch before it counts as failed (the message is then held and fetched again:
 /// `hold`).
@@ -60,6 +63,8 @@ pub struct Fetcher {
     pub(super) stats: Arc<FetchStats>,
     /// What streamed objects read through: the same client, slots and budget.
     streams: Arc<StreamSource>,
+    /// Where the fetch health and the WARN lines go (`payload::events`).
+    metrics: Arc<Metrics>,
 }
 
 /// A fetched body and the budget it holds.
@@ -86,7 +91,7 @@ pub(super) fn kib(bytes: u64) -> u32 {
 }
 
 impl Fetcher {
-    pub fn new(client: Client, bounds: Bounds) -> Self {
+    pub fn new(client: Client, bounds: Bounds, metrics: Arc<Metrics>) -> Self {
         let fetches = Arc::new(Semaphore::new(bounds.max_concurrent_fetches.max(1)));
         let budget = Arc::new(Semaphore::new(kib(bounds.max_bytes_in_flight) as usize));
         let stats: Arc<FetchStats> = Arc::default();
@@ -96,8 +101,9 @@ impl Fetcher {
             budget.clone(),
             bounds,
             stats.clone(),
+            metrics.clone(),
         ));
-        Self { client, bounds, fetches, budget, stats, streams }
+        Self { client, bounds, fetches, budget, stats, streams, metrics }
     }
 
     pub fn client(&self) -> &Client {
@@ -106,7 +112,8 @@ impl Fetcher {
 
     /// The object's bytes, retrying transient failures a few times with backoff.
     pub async fn fetch(&self, bucket: &str, key: &str, version: Option<&str>) -> Result<Bytes, FetchError> {
-        let whole = retrying(bucket, key, || self.fetch_once(bucket, key, version, false)).await?;
+        let whole =
+            retrying(&self.metrics, bucket, key, || self.fetch_once(bucket, key, version, false)).await?;
         match whole {
             Fetched::Whole(bytes) => Ok(bytes),
             Fetched::Streamed(_) => Err(FetchError::Transient("a whole fetch answered a reference".into())),
@@ -124,9 +131,9 @@ impl Fetcher {
         size: Option<u64>,
     ) -> Result<Fetched, FetchError> {
         if size.is_some_and(|s| s > self.bounds.stream_above_bytes) {
-            return retrying(bucket, key, || self.head(bucket, key, version)).await;
+            return retrying(&self.metrics, bucket, key, || self.head(bucket, key, version)).await;
         }
-        retrying(bucket, key, || self.fetch_once(bucket, key, version, true)).await
+        retrying(&self.metrics, bucket, key, || self.fetch_once(bucket, key, version, true)).await
     }
 
     /// HeadObject: the object exists, may be read, is within `maxObjectBytes`; its reference.
@@ -219,7 +226,7 @@ impl Fetcher {
 
 /// `call` until it succeeds or fails permanently, transient failures retried a few times with
 /// backoff.
-async fn retrying<T, F, Fut>(bucket: &str, key: &str, mut call: F) -> Result<T, FetchError>
+async fn retrying<T, F, Fut>(metrics: &Metrics, bucket: &str, key: &str, mut call: F) -> Result<T, FetchError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, FetchError>>,
@@ -235,12 +242,12 @@ where
             }
             Err(FetchError::Transient(reason)) => {
                 let reason = format!("{reason} (gave up after {attempt} attempts)");
-                super::health::failed(&reason);
+                FetchFailed { reason: &reason }.emit(metrics);
                 return Err(FetchError::Transient(reason));
             }
             other => {
                 // The object or a permanent refusal: either way S3 answered.
-                super::health::answered();
+                FetchAnswered.emit(metrics);
                 return other;
             }
         }

@@ -20,9 +20,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::events::FetchHeld;
 use super::{Resolution, Resolver};
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::record::Record;
@@ -51,18 +52,11 @@ pub async fn resolve(
             done => return done,
         };
         let delay = delays.next().unwrap_or(LONGEST_HOLD_RETRY);
-        metrics.fault(Fault::FetchFailed);
-        if past_cap(received.elapsed(), delay) {
-            super::warn(
-                "failed",
-                &format!("{reason}; held for nearly SQS's 12 h visibility cap: handing back"),
-            );
+        let handing_back = past_cap(received.elapsed(), delay);
+        FetchHeld { reason: &reason, handing_back }.emit(metrics);
+        if handing_back {
             return Resolution::Release(record, reason);
         }
-        super::warn(
-            "failed",
-            &format!("{reason}; the message stays invisible and is fetched again (1 s doubling to 30 s)"),
-        );
         tokio::select! {
             biased;
             () = stop.stopped() => return stopped(record),

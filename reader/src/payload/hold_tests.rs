@@ -60,7 +60,7 @@ fn resolver(url: &str) -> Resolver {
         max_bytes_in_flight: 1 << 20,
         stream_above_bytes: 1 << 20,
     };
-    let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
+    let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds, Default::default());
     Resolver::new(PayloadFormat::Raw, true, fetcher, Vec::new())
 }
 

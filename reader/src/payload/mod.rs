@@ -11,21 +11,20 @@
 //! One object per message: S3 and EventBridge send one record per notification. A notification
 //! that names several objects is poison (its objects could not be settled one by one).
 
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_crds::PayloadFormat;
 
 use crate::config::payload::PayloadSettings;
 use crate::process::fetch_stats::FetchStats;
-use crate::process::warnings::{self, RateLimited};
+use crate::process::metrics::Metrics;
 use crate::record::{Payload, Record};
 
 pub mod cleanup;
 mod cleanup_task;
+pub mod events;
 pub mod fetch;
-pub mod health;
 pub mod hold;
 pub mod notification;
 pub mod pointer;
@@ -214,7 +213,11 @@ fn tag(record: &mut Record, object: &ObjectEvent) {
 }
 
 /// The resolver `settings` ask for, with its own S3 client (`None`: nothing to resolve).
-pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<Resolver> {
+pub fn build(
+    settings: &PayloadSettings,
+    aws: &aws_config::SdkConfig,
+    metrics: &Arc<Metrics>,
+) -> Option<Resolver> {
     if !Resolver::needed(settings.format, settings.pointers) {
         return None;
     }
@@ -241,27 +244,8 @@ pub fn build(settings: &PayloadSettings, aws: &aws_config::SdkConfig) -> Option<
     }
     let client =
         aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
-    let fetcher = Fetcher::new(client, settings.bounds);
+    let fetcher = Fetcher::new(client, settings.bounds, metrics.clone());
     Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
-}
-
-static PAYLOAD_WARNINGS: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
-
-/// A fetch failed for `reason` (`kind`: `failed`, held and fetched again; `unreadable`, dead-lettered;
-/// `resumed`, a streamed read cut midway and read on):
-/// a WARN line if one is due (at most one per kind per `warnings::WINDOW`, with the count).
-pub fn warn(kind: &'static str, reason: &str) {
-    warn_limited("object fetch", kind, reason);
-}
-
-/// A WARN line `{what} {kind}: reason` if one is due: at most one per `what` and kind per
-/// `warnings::WINDOW`, with the count.
-fn warn_limited(what: &'static str, kind: &'static str, reason: &str) {
-    let due = PAYLOAD_WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).note(what, kind, Instant::now());
-    if let Some(failures) = due {
-        let window = warnings::WINDOW.as_secs();
-        tracing::warn!(kind, failures, "{what} {kind} ({failures} in up to {window} s): {reason}");
-    }
 }
 
 #[cfg(test)]
@@ -281,7 +265,7 @@ mod tests {
             max_bytes_in_flight: 1024,
             stream_above_bytes: 512,
         };
-        let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
+        let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds, Default::default());
         Resolver::new(PayloadFormat::Raw, true, fetcher, buckets.iter().map(|b| (*b).to_owned()).collect())
     }
 

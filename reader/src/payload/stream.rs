@@ -27,9 +27,12 @@ use bytes::Bytes;
 use futures::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::events::ReadResumed;
 use super::fetch::{FetchError, classify, kib};
 use crate::config::payload::Bounds;
+use crate::process::events::Event;
 use crate::process::fetch_stats::FetchStats;
+use crate::process::metrics::Metrics;
 
 /// Bytes of `maxBytesInFlight` an open read counts: about what one sink holds of it at a time
 /// (the s3 sink's part; the http sink holds far less).
@@ -64,6 +67,7 @@ pub struct StreamSource {
     window_kib: u32,
     stream_above_bytes: u64,
     stats: Arc<FetchStats>,
+    metrics: Arc<Metrics>,
 }
 
 impl StreamSource {
@@ -73,9 +77,11 @@ impl StreamSource {
         budget: Arc<Semaphore>,
         bounds: Bounds,
         stats: Arc<FetchStats>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let window_kib = kib(WINDOW_BYTES.min(bounds.max_bytes_in_flight));
-        Self { client, fetches, budget, window_kib, stream_above_bytes: bounds.stream_above_bytes, stats }
+        let stream_above_bytes = bounds.stream_above_bytes;
+        Self { client, fetches, budget, window_kib, stream_above_bytes, stats, metrics }
     }
 }
 
@@ -125,6 +131,7 @@ impl StreamedObject {
             done: false,
             _permits: (slot, window),
             stats: source.stats.clone(),
+            metrics: source.metrics.clone(),
         })
     }
 }
@@ -192,6 +199,7 @@ pub struct ObjectBody {
     done: bool,
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     stats: Arc<FetchStats>,
+    metrics: Arc<Metrics>,
 }
 
 impl ObjectBody {
@@ -239,7 +247,7 @@ impl ObjectBody {
             )));
         }
         self.resumes += 1;
-        super::warn("resumed", &cut);
+        ReadResumed { reason: &cut }.emit(&self.metrics);
         tokio::time::sleep(std::time::Duration::from_millis(200) * self.stalled).await;
         self.body = get(&self.client, &self.object, self.read).await?;
         Ok(())

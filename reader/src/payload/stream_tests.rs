@@ -109,6 +109,7 @@ fn streamed(url: &str, size: usize, etag: &str) -> StreamedObject {
         Arc::new(Semaphore::new(1 << 20)),
         bounds,
         Arc::new(FetchStats::default()),
+        Arc::default(),
     );
     let object = ObjectRef {
         bucket: "inbox".into(),

@@ -20,6 +20,8 @@ use crate::process::batch_metrics::BatchMetrics;
 use crate::process::events::Fault;
 use crate::process::fetch_stats::FetchStats;
 use crate::process::filter_metrics::FilterMetrics;
+use crate::process::health::ReaderHealth;
+use crate::process::report::Measured;
 use crate::process::sink_stats::SinkStats;
 use crate::record::Record;
 
@@ -113,6 +115,11 @@ pub struct Metrics {
     batches: BatchMetrics,
     /// Span batches the OTLP exporter dropped after its retries (see [`Metrics::watch_otlp_export`]).
     otlp_export_failures: Counter,
+    /// This reader's health (sinks, fetches, targets) and WARN-line rate limit: what the events
+    /// (`process::events`) update beside the counters, one per reader as the registry is.
+    pub health: ReaderHealth,
+    /// What the reader's report measures as it runs (`process::report`), one per reader too.
+    pub report: Measured,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -163,6 +170,8 @@ impl Metrics {
             payload: PayloadMetrics::default(),
             filter: FilterMetrics::default(),
             batches: BatchMetrics::default(),
+            health: ReaderHealth::default(),
+            report: Measured::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
         };

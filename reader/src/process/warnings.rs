@@ -6,7 +6,7 @@
 //! failures it stands for and the latest reason.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// At most one line per key per window.
@@ -40,44 +40,18 @@ impl RateLimited {
     }
 }
 
-static DELIVERY_FAILURES: LazyLock<Mutex<RateLimited>> = LazyLock::new(Mutex::default);
-
-/// A delivery to `sink` failed as `kind` (`failed`: will be retried later; `rejected`: the sink
-/// refused it) for `reason`: a WARN line if one is due.
-pub fn delivery_failed(sink: &str, kind: &'static str, reason: &str) {
-    let due = DELIVERY_FAILURES.lock().unwrap_or_else(|e| e.into_inner()).note(sink, kind, Instant::now());
-    if let Some(failures) = due {
-        let window = WINDOW.as_secs();
-        tracing::warn!(
-            sink,
-            kind,
-            failures,
-            "delivery to sink {sink} {kind} ({failures} in up to {window} s): {reason}"
-        );
-    }
+/// The rate limit of one reader's WARN lines, shared by every stage that words its own.
+#[derive(Default)]
+pub struct Warnings {
+    limited: Mutex<RateLimited>,
 }
 
-/// A rejected message went back to the queue because the source has no dead-letter sink (the
-/// queue's own redrive policy then decides): a WARN line if one is due, with the count.
-pub fn no_dead_letter_sink(reason: &str) {
-    let due = DELIVERY_FAILURES.lock().unwrap_or_else(|e| e.into_inner()).note(
-        "",
-        "no_dead_letter_sink",
-        Instant::now(),
-    );
-    if let Some(released) = due {
-        let window = WINDOW.as_secs();
-        tracing::warn!(
-            released,
-            "{released} rejected messages released in up to {window} s: no deadLetterSink is configured, so they return to the queue until its redrive policy moves them; set spec.deadLetterSink to keep them apart. Latest: {reason}"
-        );
+impl Warnings {
+    /// Another occurrence of `kind` at `key` (a sink, a queue, a stage): `Some(count)` when a WARN
+    /// line is due now, standing for `count` occurrences since the last one.
+    pub fn due(&self, key: &str, kind: &'static str) -> Option<u64> {
+        self.limited.lock().unwrap_or_else(|e| e.into_inner()).note(key, kind, Instant::now())
     }
-}
-
-/// Another occurrence of `kind` at `sink`: `Some(count)` when a WARN line is due now, standing
-/// for `count` occurrences; for lines a stage words itself.
-pub fn due(sink: &str, kind: &'static str) -> Option<u64> {
-    DELIVERY_FAILURES.lock().unwrap_or_else(|e| e.into_inner()).note(sink, kind, Instant::now())
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::exactly_once::{Backend, Driver, Entries, Work};
 #[cfg(not(feature = "cluster"))]
 use crate::process::error::Error;
 use crate::process::error::Result;
+use crate::settle::held_report::ReaderReport;
 
 /// Bounds of a reader lease. It must stay below half the visibility timeout (the heartbeat
 /// extends at half), and short enough that a dead reader is fenced quickly.
@@ -36,6 +37,7 @@ pub async fn join(
     settings: &Settings,
     options: &Options,
     queues: &[Arc<Queue>],
+    report: &Arc<ReaderReport>,
     stop: CancellationToken,
 ) -> Result<(Arc<Driver>, UnboundedReceiver<Work>)> {
     let interval = settings.checkpoint_interval.unwrap_or(DEFAULT_INTERVAL);
@@ -43,7 +45,7 @@ pub async fn join(
         Coordination::Standalone => {
             (Standalone::start(&options.reader_id, interval, stop.clone()), Entries::new())
         }
-        Coordination::Kubernetes => in_cluster(settings, options, queues, stop.clone()).await?,
+        Coordination::Kubernetes => in_cluster(settings, options, queues, report, stop.clone()).await?,
     };
     Ok(Driver::start(backend, &inherited, stop))
 }
@@ -53,14 +55,21 @@ async fn in_cluster(
     settings: &Settings,
     options: &Options,
     queues: &[Arc<Queue>],
+    report: &Arc<ReaderReport>,
     stop: CancellationToken,
 ) -> Result<(Arc<dyn Backend>, Entries)> {
     #[cfg(feature = "cluster")]
-    return crate::cluster::join(&settings.source_name, &options.reader_id, lease_duration(queues), stop)
-        .await;
+    return crate::cluster::join(
+        &settings.source_name,
+        &options.reader_id,
+        lease_duration(queues),
+        report.clone(),
+        stop,
+    )
+    .await;
     #[cfg(not(feature = "cluster"))]
     {
-        let _ = (settings, options, queues, stop);
+        let _ = (settings, options, queues, report, stop);
         Err(not_built_for_clusters())
     }
 }

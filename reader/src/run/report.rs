@@ -1,19 +1,25 @@
 //! Which readers report their sink health themselves: an at-least-once reader in a cluster.
 //! Under exactlyOnce the lease renewals carry the report; standalone there is no operator.
 
+use std::sync::Arc;
+
 use sluice_crds::Guarantee;
 
 use super::{Coordination, Options};
 use crate::config::settings::Settings;
 use crate::process::stop::Stop;
+use crate::settle::held_report::ReaderReport;
 
 /// Starts the sink health reporter where one is needed; it ends with `stop`.
-pub async fn sink_health(settings: &Settings, options: &Options, stop: &Stop) {
+pub async fn sink_health(settings: &Settings, options: &Options, report: &Arc<ReaderReport>, stop: &Stop) {
     if options.coordination != Coordination::Kubernetes || settings.guarantee != Guarantee::AtLeastOnce {
         return;
     }
     #[cfg(feature = "cluster")]
-    crate::cluster::report_sink_health(&settings.source_name, &options.reader_id, stop.token().clone()).await;
+    {
+        let (source, pod, token) = (&settings.source_name, &options.reader_id, stop.token().clone());
+        crate::cluster::report_sink_health(source, pod, report.clone(), token).await;
+    }
     #[cfg(not(feature = "cluster"))]
-    let _ = stop;
+    let _ = (report, stop);
 }

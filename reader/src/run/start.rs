@@ -32,6 +32,8 @@ use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::settle::acker::Acker;
 use crate::settle::heartbeat::Heartbeat;
+use crate::settle::held::Held;
+use crate::settle::held_report::ReaderReport;
 use crate::settle::ledger::{DeletePolicy, Ledger};
 use crate::settle::{Gate, Open, Pipeline};
 use crate::sink::{self, SinkContext, Sinks};
@@ -66,15 +68,17 @@ pub async fn start(
     if options.coordination == Coordination::Kubernetes {
         return Err(epochs::not_built_for_clusters());
     }
+    metrics.health.set_unready_after(options.unready_after);
     let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
     let Outputs { sinks, resolver, objects } = outputs(settings, options, stop, &metrics, &sdk)?;
+    let report = Arc::new(ReaderReport::new(metrics.clone(), sinks.circuits.clone()));
     let mut clients = SqsClients::new(sdk);
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
     };
     super::targets::check(settings, &mut clients, stop, &metrics).await;
-    admin.set_ready(!super::targets::missing());
-    watch_readiness(admin.clone(), stop.clone(), options.unready_after);
+    admin.set_ready(!metrics.health.targets_missing());
+    watch_readiness(admin.clone(), stop.clone(), report.clone());
     tracing::info!(source = %settings.source_name, queues = queues.len(), pollers = settings.receive.pollers, "reader started");
 
     // Exactly-once: join the checkpoint protocol before the first receive (a cluster reader
@@ -83,7 +87,7 @@ pub async fn start(
     let joined = match settings.guarantee {
         Guarantee::AtLeastOnce => None,
         Guarantee::ExactlyOnce => tokio::select! {
-            joined = epochs::join(settings, options, &queues, coordination_stop.clone()) => Some(joined?),
+            joined = epochs::join(settings, options, &queues, &report, coordination_stop.clone()) => Some(joined?),
             () = stop.stopped() => {
                 coordination_stop.cancel();
                 return Ok(None);
@@ -110,7 +114,7 @@ pub async fn start(
     ));
     let limiter = Arc::new(Limiter::new(settings.rate));
     follow_rate_share(settings, options, &limiter, &metrics, stop).await;
-    super::report::sink_health(settings, options, stop).await;
+    super::report::sink_health(settings, options, &report, stop).await;
 
     let heartbeat_stop = CancellationToken::new();
     let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate, window };
@@ -119,7 +123,9 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone(), metrics.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let pollers = spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, (resolver, filter), stop);
+    let (pollers, held) =
+        spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, (resolver, filter), stop);
+    report.register(&held);
     Ok(Some(Running {
         pipeline,
         pollers,
@@ -163,7 +169,7 @@ fn outputs(
         sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
             .map_err(|e| Error::config(e.field, e.message))?;
     let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
-    let resolver = payload::build(&payload, sdk).map(Arc::new);
+    let resolver = payload::build(&payload, sdk, metrics).map(Arc::new);
     if let Some(resolver) = &resolver {
         metrics.payload.watch(resolver.stats());
     }
@@ -211,11 +217,10 @@ fn spawn_pollers(
     limiter: Arc<Limiter>,
     (resolver, filter): (Option<Arc<Resolver>>, Option<Arc<FilterStage>>),
     stop: &Stop,
-) -> JoinSet<()> {
+) -> (JoinSet<()>, Arc<Held>) {
     let batch = settings.receive.max_messages as usize;
     let rule = Rule::from_settings(settings);
     let held = pacing::start(rule, limiter.clone(), metrics.clone(), stop.clone());
-    crate::settle::held_report::register(&held);
     let mut pollers = JoinSet::new();
     for (queue, count) in queues.iter().zip(settings.pollers_per_queue()) {
         let intake = Intake {
@@ -236,7 +241,7 @@ fn spawn_pollers(
         };
         pollers.spawn(crew.run());
     }
-    pollers
+    (pollers, held)
 }
 
 /// Reach the source's queues. A configuration error ends the start (exit 2); an outage is retried
@@ -268,24 +273,25 @@ async fn connect_queues(
     }
 }
 
-/// Every second: not ready while deliveries fail and none succeeded for `after`, while payload
-/// fetches fail and S3 has not answered for `after` (`payload::health`), or while a target is
-/// missing (`targets`); ready again on the next success. Leaves readiness alone once the reader stops (the drain owns it then).
-fn watch_readiness(admin: Admin, stop: Stop, after: Duration) {
-    sink::health::set_unready_after(after);
+/// Every second: not ready while deliveries fail and none succeeded for `--unready-after-seconds`,
+/// while payload fetches fail and S3 has not answered for as long (`payload::events`), or while a
+/// target is missing (`targets`), as the reader's health (`process::health`) says; ready again on
+/// the next success. Leaves readiness alone once the reader stops (the drain owns it then).
+fn watch_readiness(admin: Admin, stop: Stop, report: Arc<ReaderReport>) {
     tokio::spawn(async move {
+        let (health, after) = (report.health(), report.health().unready_after());
         let mut was_stalled = false;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 () = stop.stopped() => return,
             }
-            let fetches_failing = payload::health::stalled();
-            let stalled = sink::health::stalled() || super::targets::missing() || fetches_failing;
+            let fetches_failing = health.fetches_stalled();
+            let stalled = report.sinks_stalled() || health.targets_missing() || fetches_failing;
             if stalled != was_stalled {
-                if super::targets::missing() {
+                if health.targets_missing() {
                     // `targets` said which one, and says when it is found.
-                } else if stalled && sink::circuit::any_open() {
+                } else if stalled && report.circuit_open() {
                     // `sink::circuit` said which sink, and says when it closes.
                     tracing::warn!("a sink's circuit is open: not ready");
                 } else if stalled && fetches_failing {

@@ -10,7 +10,7 @@
 //! A missing target counts as found again when its sink delivers, or when a re-check (backed off,
 //! 1 s doubling to [`LONGEST_RECHECK`]) finds it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -20,21 +20,14 @@ use sluice_crds::SinkSpec;
 use crate::aws::SqsClients;
 use crate::config::settings::Settings;
 use crate::process::backoff::backoff;
-use crate::process::events::Fault;
+use crate::process::events::Event;
+use crate::process::events::targets::{TargetFound, TargetMissing, TargetsFound};
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
-use crate::sink;
 
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 const LONGEST_RECHECK: Duration = Duration::from_secs(60);
 const TICK: Duration = Duration::from_secs(1);
-
-static MISSING: AtomicBool = AtomicBool::new(false);
-
-/// Some target the source names was missing or forbidden at the last check.
-pub fn missing() -> bool {
-    MISSING.load(Ordering::Relaxed)
-}
 
 /// One target: where the spec names it, which sink delivers to it, and how to reach it.
 struct Target {
@@ -137,8 +130,8 @@ impl Target {
 }
 
 /// Checks every target now, then re-checks the missing ones in a task until each is found or
-/// `stop`. Readiness follows [`missing`] (see `start::watch_readiness`).
-pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, metrics: &Metrics) {
+/// `stop`. Readiness follows `ReaderHealth::targets_missing` (see `start::watch_readiness`).
+pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, metrics: &Arc<Metrics>) {
     let targets = targets(settings, clients);
     if targets.is_empty() {
         return;
@@ -148,8 +141,7 @@ pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, m
         match target.check().await {
             Found::Yes => {}
             Found::Problem(line) => {
-                tracing::warn!(field = %target.field, "{line}");
-                metrics.fault(Fault::TargetMissing);
+                TargetMissing { field: &target.field, line: &line }.emit(metrics);
                 open.push(target);
             }
             Found::Unknown(line) => tracing::warn!(field = %target.field, "{line}; deliveries will tell"),
@@ -158,11 +150,10 @@ pub async fn check(settings: &Settings, clients: &mut SqsClients, stop: &Stop, m
     if open.is_empty() {
         return;
     }
-    MISSING.store(true, Ordering::Relaxed);
-    tokio::spawn(recheck(open, stop.clone()));
+    tokio::spawn(recheck(open, stop.clone(), metrics.clone()));
 }
 
-async fn recheck(mut open: Vec<Target>, stop: Stop) {
+async fn recheck(mut open: Vec<Target>, stop: Stop, metrics: Arc<Metrics>) {
     let started_ms = sluice_protocol::now_ms();
     let mut delays = backoff(FIRST_RECHECK, LONGEST_RECHECK);
     let mut next = Instant::now() + delays.next().unwrap_or(LONGEST_RECHECK);
@@ -171,7 +162,7 @@ async fn recheck(mut open: Vec<Target>, stop: Stop) {
             () = tokio::time::sleep(TICK) => {}
             () = stop.stopped() => return,
         }
-        let health = sink::health::report();
+        let health = metrics.health.sink_report();
         let delivered = |t: &Target| {
             health.get(&t.sink).and_then(|h| h.last_success_ms).is_some_and(|ms| ms >= started_ms)
         };
@@ -180,7 +171,7 @@ async fn recheck(mut open: Vec<Target>, stop: Stop) {
         for target in open {
             let found = delivered(&target) || (due && target.check().await == Found::Yes);
             if found {
-                tracing::info!(field = %target.field, "{}: found", target.field);
+                TargetFound { field: &target.field }.emit(&metrics);
             } else {
                 still.push(target);
             }
@@ -190,8 +181,7 @@ async fn recheck(mut open: Vec<Target>, stop: Stop) {
             next = Instant::now() + delays.next().unwrap_or(LONGEST_RECHECK);
         }
     }
-    MISSING.store(false, Ordering::Relaxed);
-    tracing::info!("every target the source names is found");
+    TargetsFound.emit(&metrics);
 }
 
 #[cfg(test)]

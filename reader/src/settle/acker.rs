@@ -22,8 +22,9 @@ use crate::aws::error_type;
 use crate::aws::queue::Queue;
 use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::backoff;
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
+use crate::settle::events::{AckFailed, AckGivenUp};
 use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
 /// SQS's limit on entries per batch call.
@@ -275,8 +276,9 @@ async fn settle_with_retries(
         finish(shared, kind, &done);
         succeeded.extend(done);
         let (retry, give_up): (Vec<_>, Vec<_>) = failed.into_iter().partition(|(_, retryable)| *retryable);
-        for _ in &give_up {
-            shared.metrics.fault(Fault::Ack { stage, code: "not_retryable".into() });
+        if !give_up.is_empty() {
+            let (queue_url, messages) = (&shared.queues[queue].url, give_up.len() as u64);
+            AckGivenUp { stage, queue_url, why: "not_retryable", messages }.emit(&shared.metrics);
         }
         forget(shared, &give_up.iter().map(|(t, _)| *t).collect::<Vec<_>>());
         batch.retain(|(t, _)| retry.iter().any(|(r, _)| r == t));
@@ -287,10 +289,8 @@ async fn settle_with_retries(
             tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
         }
     }
-    tracing::warn!(stage, messages = batch.len(), "giving up after {ATTEMPTS} attempts; SQS will redeliver");
-    for _ in &batch {
-        shared.metrics.fault(Fault::Ack { stage, code: "gave_up".into() });
-    }
+    let (queue_url, messages) = (&shared.queues[queue].url, batch.len() as u64);
+    AckGivenUp { stage, queue_url, why: "gave_up", messages }.emit(&shared.metrics);
     forget(shared, &batch.iter().map(|(t, _)| *t).collect::<Vec<_>>());
     succeeded
 }
@@ -335,13 +335,13 @@ async fn call(shared: &Shared, kind: Kind, queue: usize, batch: &[(Ticket, Recei
         Ok(failed) => failed
             .into_iter()
             .filter_map(|f| {
-                shared.metrics.fault(Fault::Ack { stage, code: f.code.clone() });
+                AckFailed { stage, queue_url: &q.url, code: &f.code, entries: 1 }.emit(&shared.metrics);
                 let retryable = !f.sender_fault;
                 f.id.parse::<Ticket>().ok().map(|t| (t, retryable))
             })
             .collect(),
         Err(kind) => {
-            shared.metrics.fault(Fault::Ack { stage, code: kind });
+            AckFailed { stage, queue_url: &q.url, code: &kind, entries: 1 }.emit(&shared.metrics);
             batch.iter().map(|(t, _)| (*t, true)).collect()
         }
     }

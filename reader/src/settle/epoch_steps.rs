@@ -12,7 +12,8 @@ use super::ledger::Tag;
 use super::pipeline::Pipeline;
 use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
-use crate::sink::{EpochStep, EpochSupport, SinkError, circuit};
+use crate::sink::circuit::Circuits;
+use crate::sink::{EpochStep, EpochSupport, SinkError};
 
 /// What a committed epoch's deletes came to.
 pub struct Deleted {
@@ -57,8 +58,16 @@ impl EpochSettle for Pipeline {
         wanted: &'a (dyn Fn() -> bool + Send + Sync),
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let done =
-                self.dispatcher.sinks().pre_commit(key, stop, wanted, sink_failed(&self.metrics, key)).await;
+            let done = self
+                .dispatcher
+                .sinks()
+                .pre_commit(
+                    key,
+                    stop,
+                    wanted,
+                    sink_failed(&self.metrics, &self.dispatcher.sinks().circuits, key),
+                )
+                .await;
             if done {
                 self.steps_succeeded();
             }
@@ -68,7 +77,11 @@ impl EpochSettle for Pipeline {
 
     fn commit<'a>(&'a self, key: &'a EpochKey, stop: &'a CancellationToken) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let done = self.dispatcher.sinks().commit(key, stop, sink_failed(&self.metrics, key)).await;
+            let done = self
+                .dispatcher
+                .sinks()
+                .commit(key, stop, sink_failed(&self.metrics, &self.dispatcher.sinks().circuits, key))
+                .await;
             if done {
                 self.steps_succeeded();
             }
@@ -77,7 +90,11 @@ impl EpochSettle for Pipeline {
     }
 
     fn abort<'a>(&'a self, key: &'a EpochKey) -> BoxFuture<'a, ()> {
-        Box::pin(self.dispatcher.sinks().abort(key, sink_failed(&self.metrics, key)))
+        Box::pin(
+            self.dispatcher
+                .sinks()
+                .abort(key, sink_failed(&self.metrics, &self.dispatcher.sinks().circuits, key)),
+        )
     }
 
     fn delete<'a>(&'a self, key: &'a EpochKey, ids: &'a IdSet) -> BoxFuture<'a, Deleted> {
@@ -107,9 +124,10 @@ impl Pipeline {
     /// Every transactional sink took an epoch step: their circuits close (a pre-commit or commit
     /// that failed opened them, and paused receiving, while the epoch's messages stayed held).
     fn steps_succeeded(&self) {
-        for sink in self.dispatcher.sinks().every() {
+        let sinks = self.dispatcher.sinks();
+        for sink in sinks.every() {
             if sink.epoch_support() == EpochSupport::Transactional {
-                circuit::succeeded(sink.name(), &self.metrics);
+                sinks.circuits.succeeded(sink.name(), &self.metrics);
             }
         }
     }
@@ -119,12 +137,16 @@ impl Pipeline {
 /// the sink's circuit (a pre-commit or commit that cannot be made is the sink's fault: receiving
 /// pauses while the epoch's messages stay held and the step is retried). An abort's failure only
 /// leaves staged output behind, so it does not count.
-pub fn sink_failed<'a>(metrics: &'a Metrics, key: &'a EpochKey) -> impl Fn(EpochStep, &SinkError) + 'a {
+pub fn sink_failed<'a>(
+    metrics: &'a Metrics,
+    circuits: &'a Circuits,
+    key: &'a EpochKey,
+) -> impl Fn(EpochStep, &SinkError) + 'a {
     move |step, error| {
         tracing::warn!(pod = %key.pod, epoch = key.epoch, %error, "sink {} failed; retrying", step.name());
         metrics.fault(Fault::CheckpointStep(step.name()));
         if step != EpochStep::Abort {
-            circuit::failed(&error.sink, &error.message, metrics);
+            circuits.failed(&error.sink, &error.message, metrics);
         }
     }
 }

@@ -56,8 +56,8 @@ pub trait Gate: Send + Sync {
     fn held(&self, covered_until_ms: i64, drain_millis_per_second: u64, in_flight: u64);
 }
 
-/// atLeastOnce: always open, nothing tagged; the heartbeat's drain rate goes to the reader's
-/// report (`held_report`), as the lease renewals carry it under exactlyOnce.
+/// atLeastOnce: always open, nothing tagged (the heartbeat's drain rate reaches the reader's
+/// report through `process::report` under either guarantee).
 pub struct Open;
 
 impl Gate for Open {
@@ -76,7 +76,5 @@ impl Gate for Open {
         false
     }
 
-    fn held(&self, _covered_until_ms: i64, drain_millis_per_second: u64, _in_flight: u64) {
-        super::held_report::drained(drain_millis_per_second);
-    }
+    fn held(&self, _covered_until_ms: i64, _drain_millis_per_second: u64, _in_flight: u64) {}
 }

@@ -13,13 +13,13 @@ use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
 
 use super::acker::BATCH;
+use super::events::ExtendFailed;
 use super::gate::Gate;
-use super::held_report;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
 use crate::aws::requests::{PerMessage, requests_total};
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
 const TICK: Duration = Duration::from_millis(500);
@@ -67,7 +67,7 @@ impl Heartbeat {
                 deletes.pop_front();
             }
             self.report(&deletes, now);
-            held_report::cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
+            self.metrics.report.cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
         }
     }
 
@@ -89,6 +89,7 @@ impl Heartbeat {
             }
             _ => 0,
         };
+        self.metrics.report.drained(drain);
         self.gate.held(covered_ms, drain, in_flight);
     }
 
@@ -141,12 +142,12 @@ impl Heartbeat {
                 .failed
                 .into_iter()
                 .map(|f| {
-                    self.metrics.fault(Fault::ExtendFailed(f.code));
+                    ExtendFailed { queue_url: &q.url, code: &f.code, entries: 1 }.emit(&self.metrics);
                     f.id
                 })
                 .collect(),
             Err(e) => {
-                self.metrics.fault(Fault::ExtendFailed(error_type(&e)));
+                ExtendFailed { queue_url: &q.url, code: &error_type(&e), entries: 1 }.emit(&self.metrics);
                 return;
             }
         };

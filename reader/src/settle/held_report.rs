@@ -1,133 +1,116 @@
-//! The reader's one report, in its lease ConfigMap (key `held`, `sluice_crds::HeldReport`): what
-//! it holds, how fast it drains, how old the oldest message it received was and how long its
-//! messages waited. The operator shows it in `status.readers`, and its autoscaler sizes the fleet
-//! with the drain rate and the ages, under either guarantee.
+//! The reader's one report, assembled here and written one way: what it holds, how fast it
+//! drains, how old the oldest message it received was, how long its messages waited, its AWS
+//! requests per message (the lease ConfigMap key `held`, `sluice_crds::HeldReport`), and each
+//! sink's health with its circuit (key `sinkHealth`). The operator shows the first in
+//! `status.readers` and its autoscaler sizes the fleet with the drain rate and the ages, under
+//! either guarantee; the second drives the source's `SinksHealthy` condition. Standalone, the same
+//! sink health turns `/readyz` false (`run::start`).
 //!
-//! Why process-wide, as the sink health is: the report is written by whichever writer the
-//! guarantee uses (the lease renewals under exactlyOnce, the reporter otherwise), and both are in
-//! the cluster layer, which sees neither the pollers nor the metrics. The held figures are read from
-//! the one [`Held`] the pollers share, the drain rate from the heartbeat (through the gate); the
-//! waits and ages are kept as a window that each written report takes and starts afresh, so that it
-//! covers the last report interval.
-//!
-//! Two waits: from the receive to the hand-off to the sinks (the reader's own wait, mostly the rate
-//! limit's), and the delivery wait, from the message's SentTimestamp to that hand-off (the queue's
-//! wait plus the reader's, what a latency target is about).
+//! Why one value built at start and handed to the writers: the report is written by whichever
+//! writer the guarantee uses (the lease renewals under exactlyOnce, the reporter otherwise), both in
+//! the cluster layer, which sees neither the pollers nor the sinks. The held figures come from the
+//! one [`Held`] the pollers share, the rates, waits and ages from `process::report`, the sinks'
+//! health from `process::health` and their circuits from `sink::circuit`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sluice_crds::{HELD_REPORT_KEY, HeldReport, ReaderHeld};
 
-use super::held::Held;
-use super::wait_quantiles::Quantiles;
-
-/// Waits and ages since the last report.
-#[derive(Clone, Default)]
-struct Window {
-    count: u64,
-    sum: Duration,
-    max: Duration,
-    /// The oldest message's age at receive, milliseconds.
-    oldest_age_ms: Option<u64>,
-    delivery_wait: Quantiles,
-}
-
-static HELD: Mutex<Option<Arc<Held>>> = Mutex::new(None);
-static WAIT: Mutex<Option<Window>> = Mutex::new(None);
-static DRAIN: AtomicU64 = AtomicU64::new(0);
-/// AWS requests per 1,000 delivered messages over the heartbeat's cost window; `u64::MAX`: none
-/// delivered in it.
-static COST: AtomicU64 = AtomicU64::new(u64::MAX);
-
-fn window<T>(f: impl FnOnce(&mut Window) -> T) -> T {
-    f(WAIT.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Window::default))
-}
-
-/// The heartbeat's drain rate, in thousandths of a message per second.
-pub fn drained(drain_millis_per_second: u64) {
-    DRAIN.store(drain_millis_per_second, Ordering::Relaxed);
-}
-
-/// The heartbeat's requests per delivered message over its cost window (`None`: nothing was
-/// delivered in it).
-pub fn cost(requests_per_message: Option<f64>) {
-    let per_thousand = requests_per_message.map_or(u64::MAX, |r| (r * 1000.0).round() as u64);
-    COST.store(per_thousand, Ordering::Relaxed);
-}
-
-fn cost_per_thousand() -> Option<u64> {
-    Some(COST.load(Ordering::Relaxed)).filter(|c| *c != u64::MAX)
-}
-
-/// A batch was received at `now_ms`, its messages sent at `sent_ms` (the SentTimestamps known).
-pub fn received(sent_ms: &[i64], now_ms: i64) {
-    let Some(&oldest) = sent_ms.iter().min() else { return };
-    let age = u64::try_from(now_ms.saturating_sub(oldest)).unwrap_or(0);
-    window(|w| w.oldest_age_ms = Some(w.oldest_age_ms.map_or(age, |a| a.max(age))));
-}
-
-/// Reports follow `held` from now on.
-pub fn register(held: &Arc<Held>) {
-    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(held.clone());
-}
-
-/// Messages sent at `sent_ms` (`None`: SentTimestamp unknown) waited `waited` from their receive
-/// to their hand-off to the sinks, which is now.
-pub fn waited(sent_ms: impl IntoIterator<Item = Option<i64>>, waited: Duration) {
-    let now = sluice_protocol::now_ms();
-    window(|w| {
-        for sent in sent_ms {
-            w.count += 1;
-            w.sum += waited;
-            if let Some(sent) = sent {
-                w.delivery_wait.add(u64::try_from(now.saturating_sub(sent)).unwrap_or(0), 1);
-            }
-        }
-        w.max = w.max.max(waited);
-    });
-}
-
-fn figures() -> Option<super::held::Figures> {
-    Some(HELD.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.figures())
-}
+use super::held::{Figures, Held};
+use crate::process::health::{ReaderHealth, SinkReport};
+use crate::process::metrics::Metrics;
+use crate::process::report::{Rates, Window};
+use crate::sink::breaker::State;
+use crate::sink::circuit::Circuits;
 
 /// What makes a report worth writing before its refresh, each on a log scale (a change by about
 /// half or double): the held messages, the drain rate and the oldest age at receive; and the bound
 /// in force. `None` before the pollers start.
 pub type Shape = [u64; 4];
 
-/// The report's [`Shape`] now; `None` before the pollers start.
-pub fn shape() -> Option<Shape> {
-    let f = figures()?;
-    let log = |v: u64| u64::from(v.saturating_add(1).ilog2());
-    let age = window(|w| w.oldest_age_ms.unwrap_or(0)) / 1000;
-    Some([
-        log(f.messages as u64),
-        f.bound.messages as u64,
-        log(DRAIN.load(Ordering::Relaxed) / 1000),
-        log(age),
-    ])
+/// The reader's report, from the values that know its parts.
+pub struct ReaderReport {
+    metrics: Arc<Metrics>,
+    circuits: Arc<Circuits>,
+    held: OnceLock<Arc<Held>>,
 }
 
-/// The report of `pod` now, taking the wait window; `None` before the pollers start.
-pub fn report(pod: &str, now_ms: i64) -> Option<HeldReport> {
-    let f = figures()?;
-    let w = WAIT.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
-    let rates = Rates { drain: DRAIN.load(Ordering::Relaxed), cost: cost_per_thousand() };
-    Some(encode(pod, now_ms, f, rates, w))
+impl std::fmt::Debug for ReaderReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderReport").finish_non_exhaustive()
+    }
 }
 
-/// The two rates the heartbeat measures: the drain rate (thousandths of a message per second)
-/// and the AWS requests per 1,000 delivered messages.
-#[derive(Clone, Copy)]
-struct Rates {
-    drain: u64,
-    cost: Option<u64>,
+impl ReaderReport {
+    pub fn new(metrics: Arc<Metrics>, circuits: Arc<Circuits>) -> Self {
+        Self { metrics, circuits, held: OnceLock::new() }
+    }
+
+    /// The reader's health (sinks, fetches, targets) the report is made of.
+    pub fn health(&self) -> &ReaderHealth {
+        &self.metrics.health
+    }
+
+    /// Reports follow `held` from now on (the pollers' one, made when they start).
+    pub fn register(&self, held: &Arc<Held>) {
+        let _ = self.held.set(held.clone());
+    }
+
+    /// Each sink's health now, its circuit's state included (open counts as stalled: the
+    /// operator's `SinksHealthy` then turns False at the reader's next report, within seconds).
+    pub fn sinks(&self) -> BTreeMap<String, SinkReport> {
+        let mut report = self.metrics.health.sink_report();
+        for (sink, state) in self.circuits.states() {
+            if let Some(entry) = report.get_mut(&sink) {
+                entry.circuit = state.name();
+                entry.stalled |= state != State::Closed;
+            }
+        }
+        report
+    }
+
+    /// Some sink has had no success for `--unready-after-seconds` while deliveries to it fail,
+    /// or has its circuit open.
+    pub fn sinks_stalled(&self) -> bool {
+        self.metrics.health.sinks_stalled() || self.circuits.any_open()
+    }
+
+    /// Some sink's circuit is open or half-open.
+    pub fn circuit_open(&self) -> bool {
+        self.circuits.any_open()
+    }
+
+    fn figures(&self) -> Option<Figures> {
+        Some(self.held.get()?.figures())
+    }
+
+    /// The held report's [`Shape`] now; `None` before the pollers start.
+    pub fn shape(&self) -> Option<Shape> {
+        let f = self.figures()?;
+        let log = |v: u64| u64::from(v.saturating_add(1).ilog2());
+        let measured = &self.metrics.report;
+        let age = measured.oldest_age_ms() / 1000;
+        Some([log(f.messages as u64), f.bound.messages as u64, log(measured.rates().drain / 1000), log(age)])
+    }
+
+    /// The held report of `pod` now, taking the wait window; `None` before the pollers start.
+    pub fn held(&self, pod: &str, now_ms: i64) -> Option<HeldReport> {
+        let f = self.figures()?;
+        let measured = &self.metrics.report;
+        Some(encode(pod, now_ms, f, measured.rates(), measured.take()))
+    }
+
+    /// The lease ConfigMap data entry of the held report for `pod` now, taking the wait window;
+    /// `None` before the pollers start.
+    pub fn held_entry(&self, pod: &str, now_ms: i64) -> Option<(String, String)> {
+        let report = self.held(pod, now_ms)?;
+        Some((HELD_REPORT_KEY.to_owned(), serde_json::to_string(&report).ok()?))
+    }
 }
 
-fn encode(pod: &str, now_ms: i64, f: super::held::Figures, rates: Rates, w: Window) -> HeldReport {
+fn encode(pod: &str, now_ms: i64, f: Figures, rates: Rates, w: Window) -> HeldReport {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let waited = w.count > 0;
     HeldReport {
@@ -150,16 +133,9 @@ fn encode(pod: &str, now_ms: i64, f: super::held::Figures, rates: Rates, w: Wind
     }
 }
 
-/// The lease ConfigMap data entry for `pod` now, taking the wait window; `None` before the
-/// pollers start.
-pub fn entry(pod: &str, now_ms: i64) -> Option<(String, String)> {
-    let report = report(pod, now_ms)?;
-    Some((HELD_REPORT_KEY.to_owned(), serde_json::to_string(&report).ok()?))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::held::{Bound, Figures};
+    use super::super::held::Bound;
     use super::*;
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod acker;
 mod epoch_steps;
+pub mod events;
 pub mod gate;
 pub mod heartbeat;
 pub mod held;
@@ -10,7 +11,6 @@ pub mod held_report;
 pub mod ledger;
 pub mod pipeline;
 mod sorted;
-pub mod wait_quantiles;
 
 pub use epoch_steps::{Deleted, EpochSettle};
 pub use gate::{Decision, Gate, Open};

@@ -26,7 +26,7 @@ use crate::process::error::Error;
 use crate::process::events::Fault;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
-use crate::sink::circuit::{self, Turn};
+use crate::sink::circuit::Turn;
 
 /// How long a message may be held since its receive before it is handed back: SQS refuses to
 /// keep a message invisible past 12 h from its receive, so the reader gives it back while it can
@@ -82,8 +82,9 @@ impl Pipeline {
     /// sink of the next message: SQS cannot receive selectively, and what a receive brings for
     /// an open sink could only be held.
     pub fn may_receive(&self, batch: usize) -> bool {
-        let sinks = &self.dispatcher.sinks().sinks;
-        self.gate.may_receive(batch) && !circuit::blocks_receiving(sinks.iter().map(|s| s.sink.name()))
+        let sinks = self.dispatcher.sinks();
+        self.gate.may_receive(batch)
+            && !sinks.circuits.blocks_receiving(sinks.sinks.iter().map(|s| s.sink.name()))
     }
 
     /// Messages held (received, not yet deleted or released).
@@ -132,7 +133,7 @@ impl Pipeline {
     /// A message whose delivery failed for a sink's fault (`Verdict::Hold`) is not settled: it
     /// stays in the ledger (the heartbeat keeps it invisible) and in `claim` (so it counts against
     /// what the reader holds), and is delivered again in rounds, as the sinks' circuits let it
-    /// (`sink::circuit::wait_turn`: after a backoff of 1 s doubling to 30 s, jittered; while a
+    /// (`sink::circuit::Circuits::wait_turn`: after a backoff of 1 s doubling to 30 s, jittered; while a
     /// circuit is open, only as its probe; at once when it closes), without limit while the
     /// reader runs. It goes back to the queue only on a stop, or when [`HOLD_LIMIT`] since the
     /// receive nears SQS's 12 h visibility cap.
@@ -146,15 +147,16 @@ impl Pipeline {
             let mut delay = Duration::ZERO;
             while !pending.is_empty() {
                 let targets = pipeline.dispatcher.target_names(pending.iter().map(|&i| &items[i]));
+                let circuits = &pipeline.dispatcher.sinks().circuits;
                 let turn =
-                    circuit::wait_turn(&targets, delay, pipeline.stop.token(), &pipeline.metrics).await;
+                    circuits.wait_turn(&targets, delay, pipeline.stop.token(), &pipeline.metrics).await;
                 if turn == Turn::Stopped {
                     pipeline.hand_back(&pending, &tickets, &items, &mut claim, Verdict::Release);
                     return;
                 }
                 let round = pipeline.round(&pending, &tickets, &items, fifo, &mut claim).await;
                 if let Turn::Probe(sinks) = &turn {
-                    circuit::probe_done(sinks);
+                    circuits.probe_done(sinks);
                 }
                 pending = match round {
                     Round::Held(held) => held,

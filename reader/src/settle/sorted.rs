@@ -50,7 +50,7 @@ impl Pipeline {
     /// A redelivery of a committed message: finish the commit, delete it, report the delete.
     async fn finish_committed(&self, ticket: Ticket, id: &str, key: &EpochKey) {
         let sinks = self.dispatcher.sinks();
-        if !sinks.commit(key, &self.abort, sink_failed(&self.metrics, key)).await {
+        if !sinks.commit(key, &self.abort, sink_failed(&self.metrics, &sinks.circuits, key)).await {
             self.release_tickets(&[ticket]);
             return;
         }

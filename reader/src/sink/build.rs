@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{RetrySpec, RouteSpec, SinkBlock, SinkKind, SinkSpec};
 use tokio_util::sync::CancellationToken;
 
+use super::circuit::Circuits;
 use super::dead_letter::DeadLetter;
 use super::error::SinkBuildError;
 use super::http::HttpSink;
@@ -74,6 +75,9 @@ pub struct RoutedSink {
 pub struct Sinks {
     pub sinks: Vec<RoutedSink>,
     pub dead_letter: Option<DeadLetter>,
+    /// Their circuit breakers, which the dispatcher feeds and the pollers, the held deliveries,
+    /// `/readyz` and the health report obey.
+    pub circuits: Arc<Circuits>,
 }
 
 impl Sinks {
@@ -134,7 +138,7 @@ pub fn build_all(
             Some(DeadLetter::new(build(spec, ctx).map_err(|e| e.within(at))?))
         }
     };
-    Ok(Sinks { sinks: built, dead_letter })
+    Ok(Sinks { sinks: built, dead_letter, circuits: Arc::default() })
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use super::{EpochSupport, Outcome, Sink, cloudevents};
 use crate::payload::FetchError;
 use crate::payload::stream::ObjectBody;
 use crate::process::sink_stats::SinkStats;
+use crate::process::warnings::Warnings;
 use crate::record::Record;
 
 /// Bytes of a rejecting response body kept in the reason (for the dead-letter sink).
@@ -57,6 +58,8 @@ pub struct HttpSink {
     pub(super) timeout: Duration,
     pub(super) policy: RetryPolicy,
     pub(super) stats: Arc<SinkStats>,
+    /// The rate limit of this sink's own WARN lines (batch answers not understood).
+    pub(super) warnings: Warnings,
     /// The reader is stopping: records still waiting for their first permit are not sent.
     pub(super) stopping: CancellationToken,
 }
@@ -112,6 +115,7 @@ impl HttpSink {
             timeout: Duration::from_millis(spec.timeout_ms),
             policy,
             stats: Arc::default(),
+            warnings: Warnings::default(),
             stopping: CancellationToken::new(),
         })
     }

@@ -43,7 +43,6 @@ use super::retry::{AttemptError, Attempts, Class, GiveUp};
 use super::{EpochSupport, Outcome, Sink};
 use crate::process::batch_stats::{ItemFailure, MAX_EVENTS};
 use crate::process::sink_stats::SinkStats;
-use crate::process::warnings;
 use crate::record::Record;
 
 pub struct HttpBatchSink {
@@ -293,7 +292,7 @@ async fn post(http: &HttpSink, body: Bytes, ids: &[&str]) -> Result<Vec<FailedIt
             http.url,
             ids.len()
         );
-        if let Some(count) = warnings::due(&http.name, "bad_batch_answer") {
+        if let Some(count) = http.warnings.due(&http.name, "bad_batch_answer") {
             let sink = http.name.as_str();
             tracing::warn!(sink, count, "sink {sink}: {count} batch answers not understood in up to 10 s, so their batches count as failed: {reason}; answer 2xx with an empty body, or {{\"batchItemFailures\":[{{\"itemIdentifier\":\"<event id>\",\"reason\":\"...\"}}]}} naming events of the batch");
         }

@@ -69,7 +69,7 @@ async fn streamed_record(pace: Pace) -> Arc<Record> {
         max_bytes_in_flight: 1 << 30,
         stream_above_bytes: 0,
     };
-    let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds);
+    let fetcher = Fetcher::new(aws_sdk_s3::Client::from_conf(config), bounds, Arc::default());
     let size = pace.object.len() as u64;
     let Ok(Fetched::Streamed(object)) = fetcher.fetch_or_refer("inbox", "big.bin", None, Some(size)).await
     else {

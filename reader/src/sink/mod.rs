@@ -28,7 +28,6 @@ pub mod dead_letter;
 mod epochs;
 mod error;
 pub mod fault;
-pub mod health;
 pub mod http;
 pub mod http_batch;
 pub mod http_batch_answer;

@@ -36,7 +36,7 @@ use super::sqs_offload::Offload;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
 use crate::process::sink_stats::SinkStats;
-use crate::process::warnings;
+use crate::process::warnings::{WINDOW, Warnings};
 use crate::record::Record;
 
 /// SendMessageBatch limits.
@@ -52,6 +52,8 @@ pub struct SqsSink {
     fifo: Option<FifoGroup>,
     policy: RetryPolicy,
     stats: Arc<SinkStats>,
+    /// The rate limit of this sink's own WARN lines (attributes packed).
+    warnings: Warnings,
     /// `sqs.offload`: large bodies go to S3, the message carries a pointer.
     offload: Option<Offload>,
 }
@@ -104,6 +106,7 @@ impl SqsSink {
             fifo,
             policy,
             stats: Arc::default(),
+            warnings: Warnings::default(),
             offload: None,
         }
     }
@@ -161,9 +164,9 @@ impl SqsSink {
     fn note_packed(&self, record: &Record) {
         let Some(packed) = sqs_attributes::outgoing(record).packed else { return };
         self.stats.record_packed();
-        if let Some(messages) = warnings::due(&self.name, "attributes_packed") {
+        if let Some(messages) = self.warnings.due(&self.name, "attributes_packed") {
             let count = record.message_attributes.values().filter(|v| !v.is_empty()).count();
-            let (sink, window, names) = (&self.name, warnings::WINDOW.as_secs(), packed.names.join(", "));
+            let (sink, window, names) = (&self.name, WINDOW.as_secs(), packed.names.join(", "));
             tracing::warn!(
                 sink,
                 messages,

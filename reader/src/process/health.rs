@@ -1,20 +1,26 @@
-//! Whether deliveries are getting through, per sink: the last success, the failures since and the
-//! last error.
+//! Whether deliveries are getting through, per sink, and whether S3 answers the payload fetches:
+//! the last success, the failures since and the last error; and the one value a reader keeps its
+//! health in ([`ReaderHealth`]).
 //!
 //! Why: a sink that refuses everything must turn the reader not ready, so that the fault shows
 //! where people look (`/readyz`, the Deployment's ready count), and must reach the source's status
 //! (`SinksHealthy`), not only counters. "Stalled" means a delivery to a sink failed and none to it
 //! has succeeded for the configured time since the later of its last success and the first failure
 //! after it: an idle reader (no work) is never stalled. Per sink, because one working sink must not
-//! hide another that fails every message.
+//! hide another that fails every message. The payload stage keeps S3 by the same rule and clock.
+//!
+//! Why one value per reader and not process-wide: two readers in one process (the tests) must not
+//! share health. It is built with the reader's metrics and reached through them; the events
+//! (`process::events`, `deliver::events`, `payload::events`) are what change it.
 
 use std::collections::BTreeMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::breaker::State;
+use super::warnings::Warnings;
 
 /// One sink's record.
 #[derive(Default)]
@@ -73,7 +79,7 @@ impl Health {
             failures_since: h.failures_since_success,
             last_error: h.last_error.clone(),
             stalled: is_stalled(h, now, after),
-            circuit: State::Closed.name(),
+            circuit: "closed",
         };
         self.sinks.iter().map(|(name, h)| (name.clone(), report(h))).collect()
     }
@@ -92,52 +98,94 @@ fn one_line(reason: &str) -> String {
     }
 }
 
-static HEALTH: LazyLock<Mutex<Health>> = LazyLock::new(Mutex::default);
+/// The one entry the payload stage keeps in its `Health`.
+const S3: &str = "s3";
 
-fn health() -> std::sync::MutexGuard<'static, Health> {
-    HEALTH.lock().unwrap_or_else(|e| e.into_inner())
+/// One reader's health: its sinks, its payload fetches, its targets, and the rate limit of its
+/// WARN lines.
+pub struct ReaderHealth {
+    sinks: Mutex<Health>,
+    fetches: Mutex<Health>,
+    /// `--unready-after-seconds`, in milliseconds.
+    unready_after_ms: AtomicU64,
+    targets_missing: AtomicBool,
+    warnings: Arc<Warnings>,
 }
 
-/// `sink` acknowledged a delivery.
-pub fn delivered(sink: &str) {
-    health().delivered(sink, sluice_protocol::now_ms());
-}
-
-/// A delivery to `sink` failed or was refused for `reason`.
-pub fn failed(sink: &str, reason: &str) {
-    health().failed(sink, Instant::now(), reason);
-}
-
-/// How long a sink may fail without a success before it counts as stalled (the reader's
-/// `--unready-after-seconds`); set once at start.
-static UNREADY_AFTER: Mutex<Duration> = Mutex::new(Duration::from_secs(60));
-
-/// Sets the time [`stalled`] and [`report`] count against.
-pub fn set_unready_after(after: Duration) {
-    *UNREADY_AFTER.lock().unwrap_or_else(|e| e.into_inner()) = after;
-}
-
-pub(crate) fn unready_after() -> Duration {
-    *UNREADY_AFTER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Some sink has had no success for the configured time while deliveries to it fail, or has
-/// its circuit open.
-pub fn stalled() -> bool {
-    health().stalled(Instant::now(), unready_after()) || super::circuit::any_open()
-}
-
-/// Each sink's health now, its circuit's state included (open counts as stalled: the operator's
-/// `SinksHealthy` then turns False at the reader's next report, within seconds).
-pub fn report() -> BTreeMap<String, SinkReport> {
-    let mut report = health().report(Instant::now(), unready_after());
-    for (sink, state) in super::circuit::states() {
-        if let Some(entry) = report.get_mut(&sink) {
-            entry.circuit = state.name();
-            entry.stalled |= state != State::Closed;
+impl Default for ReaderHealth {
+    fn default() -> Self {
+        Self {
+            sinks: Mutex::default(),
+            fetches: Mutex::default(),
+            unready_after_ms: AtomicU64::new(60_000),
+            targets_missing: AtomicBool::new(false),
+            warnings: Arc::default(),
         }
     }
-    report
+}
+
+fn lock(health: &Mutex<Health>) -> MutexGuard<'_, Health> {
+    health.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ReaderHealth {
+    /// How long a sink or the fetches may fail without a success before they count as stalled
+    /// (the reader's `--unready-after-seconds`); set once at start.
+    pub fn set_unready_after(&self, after: Duration) {
+        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        self.unready_after_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn unready_after(&self) -> Duration {
+        Duration::from_millis(self.unready_after_ms.load(Ordering::Relaxed))
+    }
+
+    /// The rate limit of this reader's WARN lines (for the stages that word their own lines).
+    pub fn warnings(&self) -> &Arc<Warnings> {
+        &self.warnings
+    }
+
+    /// Some sink has had no success for the configured time while deliveries to it fail (its
+    /// circuit aside: `settle::held_report::ReaderReport` adds it).
+    pub fn sinks_stalled(&self) -> bool {
+        lock(&self.sinks).stalled(Instant::now(), self.unready_after())
+    }
+
+    /// Every sink that was ever tried, by name, each with its circuit `closed` (`ReaderReport`
+    /// fills in the circuits).
+    pub fn sink_report(&self) -> BTreeMap<String, SinkReport> {
+        lock(&self.sinks).report(Instant::now(), self.unready_after())
+    }
+
+    /// Fetches from S3 have failed, with no answer since, for the configured time.
+    pub fn fetches_stalled(&self) -> bool {
+        lock(&self.fetches).stalled(Instant::now(), self.unready_after())
+    }
+
+    /// Some target the source names was missing or forbidden at the last check.
+    pub fn targets_missing(&self) -> bool {
+        self.targets_missing.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn sink_delivered(&self, sink: &str) {
+        lock(&self.sinks).delivered(sink, sluice_protocol::now_ms());
+    }
+
+    pub(crate) fn sink_failed(&self, sink: &str, reason: &str) {
+        lock(&self.sinks).failed(sink, Instant::now(), reason);
+    }
+
+    pub(crate) fn fetch_answered(&self) {
+        lock(&self.fetches).delivered(S3, sluice_protocol::now_ms());
+    }
+
+    pub(crate) fn fetch_failed(&self, reason: &str) {
+        lock(&self.fetches).failed(S3, Instant::now(), reason);
+    }
+
+    pub(crate) fn set_targets_missing(&self, missing: bool) {
+        self.targets_missing.store(missing, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //!
 //! Why a type and not two strings at each call site: the label pair is spelled once, here, so a
 //! dashboard or alert that names one finds it in one place, and a new fault is a new variant the
-//! compiler makes every `match` consider. The call sites keep their WARN lines (each says what it
-//! knows: the queue, the sink, the epoch); this is what they count.
+//! compiler makes every `match` consider. The events (`process::events::Event`) count through
+//! it beside their WARN lines; a fault with nothing more to say is emitted as it is.
 
 use std::borrow::Cow;
 
