@@ -1,7 +1,7 @@
 //! LocalStack for the load tests: a client that fails loudly, bulk sends that keep the ids, and
 //! the "queue is really empty" check.
 //!
-//! Why not C1's `support::sqs`: that one skips a test when LocalStack is down, which is right for
+//! Why not `support::sqs`: that one skips a test when LocalStack is down, which is right for
 //! quick functional tests but would let a "none lost" claim pass by not running. These tests panic
 //! instead and say how to start LocalStack. Sends run several batches at once so 10,000 messages
 //! take seconds, and every MessageId SQS hands back is kept: "none lost" is checked against the
@@ -13,29 +13,10 @@ use std::time::Duration;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use futures::stream::{self, StreamExt};
+use sluice_tests::localstack::{LocalStack, sqs_client as client};
 
 /// Batches of ten on the wire at once while filling a queue.
 const SEND_CONCURRENCY: usize = 8;
-
-pub fn endpoint() -> String {
-    std::env::var("SLUICE_LOCALSTACK_ENDPOINT")
-        .ok()
-        .filter(|e| !e.trim().is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:4566".into())
-        .trim_end_matches('/')
-        .to_owned()
-}
-
-fn client(endpoint: &str) -> Client {
-    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "load-tests"))
-        .build();
-    Client::from_conf(config)
-}
 
 #[derive(Clone)]
 pub struct LoadSqs {
@@ -46,7 +27,7 @@ pub struct LoadSqs {
 impl LoadSqs {
     /// Panics, saying how to start LocalStack, when it does not answer.
     pub async fn connect() -> Self {
-        let endpoint = endpoint();
+        let endpoint = LocalStack::endpoint();
         let client = client(&endpoint);
         match tokio::time::timeout(Duration::from_secs(10), client.list_queues().send()).await {
             Ok(Ok(_)) => Self { client, endpoint },

@@ -1,18 +1,12 @@
-//! LocalStack access for the tests: per-test queues, sending, counting.
+//! LocalStack access for the quick tests: per-test queues, sending, counting, over the harness's
+//! endpoint and client (`sluice_tests::localstack`).
 
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
 
-pub fn endpoint() -> String {
-    std::env::var("SLUICE_LOCALSTACK_ENDPOINT")
-        .ok()
-        .filter(|e| !e.trim().is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:4566".into())
-        .trim_end_matches('/')
-        .to_owned()
-}
+use sluice_tests::localstack::{LocalStack, sqs_client};
 
 pub struct Sqs {
     pub client: Client,
@@ -24,14 +18,8 @@ impl Sqs {
     /// CI (`CI` set) or the test command (`SLUICE_LOCALSTACK_ENDPOINT` set), where a missing LocalStack
     /// is a failure, never a silent pass.
     pub async fn connect() -> Option<Self> {
-        let endpoint = endpoint();
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .endpoint_url(&endpoint)
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "tests"))
-            .build();
-        let client = Client::from_conf(config);
+        let endpoint = LocalStack::endpoint();
+        let client = sqs_client(&endpoint);
         match tokio::time::timeout(Duration::from_secs(5), client.list_queues().send()).await {
             Ok(Ok(_)) => Some(Self { client, endpoint }),
             other => {
