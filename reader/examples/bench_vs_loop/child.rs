@@ -4,11 +4,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// `target/<profile>/sluice-reader`, this example being `target/<profile>/examples/<name>`.
+/// `target/<profile>/sluice-reader`, the reader built beside this example.
 pub fn default_reader() -> Result<PathBuf, String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = me.parent().and_then(|examples| examples.parent()).ok_or("no target directory")?;
-    Ok(profile_dir.join("sluice-reader"))
+    Ok(sluice_tests::system::bin_dir().join("sluice-reader"))
 }
 
 /// SIGTERM to the consumer's PID, a bounded wait, then SIGKILL; always reaped.

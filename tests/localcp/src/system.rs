@@ -40,12 +40,14 @@ pub struct System {
 }
 
 /// Where the binaries of this build are (`target/debug`, say): the directory of the running
-/// executable, or its parent for a test executable (those sit in `deps/` below it). The suites and
-/// benchmarks run the binaries built beside them, whichever package they belong to.
+/// executable, or its parent for a test executable or an example (those sit in `deps/` or
+/// `examples/` below it). The suites and benchmarks run the binaries built beside them, whichever
+/// package they belong to.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the path of the running executable");
     let dir = exe.parent().expect("an executable lives in a directory");
-    if dir.file_name().is_some_and(|n| n == "deps") { dir.parent().unwrap_or(dir) } else { dir }.to_owned()
+    let nested = dir.file_name().is_some_and(|n| n == "deps" || n == "examples");
+    if nested { dir.parent().unwrap_or(dir) } else { dir }.to_owned()
 }
 
 impl System {
