@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
 use support::sqs::Sqs;
@@ -20,12 +21,11 @@ async fn json_lines_carry_source_namespace_queue_and_sink() {
     let queue = sqs.queue("json-logs", false, 30).await;
     let messages: Vec<(String, Option<String>)> = (0..5).map(|i| (format!("log-{i}"), None)).collect();
     sqs.send(&queue, &messages).await;
-    let yaml = format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: orders, namespace: shop}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks: [{{name: web, http: {{url: 'http://{addr}/', timeoutMs: 2000}}}}]\n",
-        sqs.endpoint
-    );
+    let yaml = SourceYaml::bare("orders", &queue, &sqs.endpoint)
+        .namespace("shop")
+        .wait_time(1)
+        .sink("web", Sink::http(&format!("http://{addr}/")).timeout_ms(2000))
+        .yaml();
     let mut reader = Reader::start_logging(&yaml, &["--log-format", "json"], "info,sluice_reader=debug");
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 5.0, 60 * SECOND).await;
     assert_eq!(deleted, 5.0, "stderr:\n{}", reader.stderr());

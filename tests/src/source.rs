@@ -60,6 +60,12 @@ impl SourceYaml {
             .scale_down_stabilization(600)
     }
 
+    /// Put the source in `namespace` (a standalone reader names it in its log lines).
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.doc["metadata"]["namespace"] = json!(namespace);
+        self
+    }
+
     /// A label on the source (a change to it starts a reconcile without changing the readers).
     pub fn label(mut self, key: &str, value: &str) -> Self {
         self.doc["metadata"]["labels"][key] = json!(value);
