@@ -96,7 +96,9 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// Reports until `stop`; write failures are warned about once per failing spell.
+    /// Reports until `stop`, then writes one last report marking the reader draining (with drain
+    /// rate 0) so that the autoscaler stops counting it at once rather than when its report goes
+    /// stale; write failures are warned about once per failing spell.
     pub async fn run(self, stop: CancellationToken) {
         let mut last: Option<(Instant, Shape)> = None;
         let mut failing = false;
@@ -128,9 +130,24 @@ impl Reporter {
                 last = Some((now, shape));
             }
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => return self.leave().await,
                 () = tokio::time::sleep(TICK) => {}
             }
+        }
+    }
+
+    /// The last report, whatever the gap since the one before.
+    async fn leave(&self) {
+        let report = &self.config.report;
+        report.set_draining();
+        let now_ms = now_ms();
+        let held = report.held_entry(&self.config.pod, now_ms);
+        match self.write(entry(&report.sinks(), now_ms), held).await {
+            Ok(()) => tracing::info!("reported draining to the operator"),
+            Err(error) => tracing::warn!(
+                "cannot report draining in ConfigMap {}: {error}; the autoscaler counts this reader until its report goes stale",
+                self.name()
+            ),
         }
     }
 

@@ -13,6 +13,7 @@
 //! health from `process::health` and their circuits from `sink::circuit`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -70,6 +71,7 @@ pub struct ReaderReport {
     metrics: Arc<Metrics>,
     circuits: Arc<Circuits>,
     held: OnceLock<Arc<Held>>,
+    draining: AtomicBool,
 }
 
 impl std::fmt::Debug for ReaderReport {
@@ -80,7 +82,7 @@ impl std::fmt::Debug for ReaderReport {
 
 impl ReaderReport {
     pub fn new(metrics: Arc<Metrics>, circuits: Arc<Circuits>) -> Self {
-        Self { metrics, circuits, held: OnceLock::new() }
+        Self { metrics, circuits, held: OnceLock::new(), draining: AtomicBool::new(false) }
     }
 
     /// The reader's health (sinks, fetches, targets) the report is made of.
@@ -117,6 +119,12 @@ impl ReaderReport {
         self.circuits.any_open()
     }
 
+    /// From now on the report says the reader is draining, with drain rate 0: it is leaving,
+    /// so the autoscaler must not size the fleet on it.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
     fn figures(&self) -> Option<Figures> {
         Some(self.held.get()?.figures())
     }
@@ -139,7 +147,12 @@ impl ReaderReport {
     pub fn held(&self, pod: &str, now_ms: i64) -> Option<HeldReport> {
         let f = self.figures()?;
         let measured = &self.metrics.report;
-        Some(encode(pod, now_ms, f, measured.rates(), measured.take()))
+        let mut report = encode(pod, now_ms, f, measured.rates(), measured.take());
+        if self.draining.load(Ordering::Relaxed) {
+            report.reader.draining = true;
+            report.reader.drain_millis_per_second = 0;
+        }
+        Some(report)
     }
 
     /// The lease ConfigMap data entry of the held report for `pod` now, taking the wait window;
@@ -169,6 +182,7 @@ fn encode(pod: &str, now_ms: i64, f: Figures, rates: Rates, w: Window) -> HeldRe
             oldest_age_milliseconds: w.oldest_age_ms,
             delivery_wait_p50_milliseconds: w.delivery_wait.quantile(0.5),
             delivery_wait_p99_milliseconds: w.delivery_wait.quantile(0.99),
+            draining: false,
         },
     }
 }
