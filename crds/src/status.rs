@@ -251,6 +251,10 @@ pub struct ReaderHeld {
     /// handed off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery_wait_p99_milliseconds: Option<u64>,
+    /// The reader is draining on its way out (its last report, with drain rate 0): the
+    /// autoscaler no longer counts it. Absent while it runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// Sums over the readers listed in `status.readers`.

@@ -12,9 +12,13 @@
 //! [`REPORT_STALE_MS`] (it is rewritten at least every 30 s).
 //!
 //! Which readers count: an expired lease or a stale report belongs to a reader that is gone; a
-//! draining reader is leaving and its rate is winding down; a reader with rate 0 is idle, so its
-//! rate says nothing about what it could do. The per-replica figure averages the rest; the total
-//! (for status) sums every live reader. The ages are the largest any live reader reported.
+//! draining reader (its lease's `draining` flag, or the last report a leaving at-least-once reader
+//! writes, `draining: true`) is leaving and its rate is winding down, so it counts nowhere here,
+//! neither in the rate, the total the latency target sums, nor the ages, from the moment it
+//! starts its drain rather than when its report goes stale; it still shows in `status.readers`
+//! (marked `draining`) until it is gone. A reader with rate 0 is idle, so its rate says nothing
+//! about what it could do. The per-replica figure averages the rest; the total (for status and
+//! the latency target) sums every live reader. The ages are the largest any live reader reported.
 
 use std::collections::BTreeMap;
 
@@ -37,9 +41,9 @@ pub fn lease_selector(source: &str) -> String {
 pub struct DrainRate {
     /// Mean over busy, live, non-draining readers; `None` when there is none.
     pub per_replica: Option<f64>,
-    /// Sum over live readers, messages per second.
+    /// Sum over live, non-draining readers, messages per second.
     pub total: f64,
-    /// Live readers read.
+    /// Live, non-draining readers read.
     pub live_readers: usize,
     /// The oldest message age at receive any live reader reported for its last interval, seconds;
     /// `None` when none received.
@@ -67,8 +71,10 @@ fn reader(data: &BTreeMap<String, String>, now_ms: i64) -> Option<(Reader, Optio
         return Some((reader, report));
     }
     let report = report.filter(|r| now_ms - r.reported_at_ms <= REPORT_STALE_MS)?;
-    let reader =
-        Reader { per_second: report.reader.drain_millis_per_second as f64 / 1000.0, draining: false };
+    let reader = Reader {
+        per_second: report.reader.drain_millis_per_second as f64 / 1000.0,
+        draining: report.reader.draining,
+    };
     Some((reader, Some(report)))
 }
 
@@ -89,10 +95,11 @@ pub fn drain_rate<'a>(
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
-    for (reader, report) in leases.into_iter().filter_map(|data| reader(data, now_ms)) {
+    let live = leases.into_iter().filter_map(|data| reader(data, now_ms));
+    for (reader, report) in live.filter(|(reader, _)| !reader.draining) {
         rate.live_readers += 1;
         rate.total += reader.per_second;
-        if !reader.draining && reader.per_second > 0.0 {
+        if reader.per_second > 0.0 {
             busy.push(reader.per_second);
         }
         if let Some(report) = report {
@@ -140,7 +147,7 @@ mod tests {
         let rate = drain_rate(leases.iter().chain([&unreadable]), now);
         assert_eq!(
             rate,
-            DrainRate { per_replica: Some(30.0), total: 65.0, live_readers: 4, ..DrainRate::default() }
+            DrainRate { per_replica: Some(30.0), total: 60.0, live_readers: 3, ..DrainRate::default() }
         );
     }
 
@@ -161,6 +168,16 @@ mod tests {
         drain_millis: u64,
         oldest_ms: Option<u64>,
     ) -> BTreeMap<String, String> {
+        report_of(pod, reported_at_ms, drain_millis, oldest_ms, false)
+    }
+
+    fn report_of(
+        pod: &str,
+        reported_at_ms: i64,
+        drain_millis: u64,
+        oldest_ms: Option<u64>,
+        draining: bool,
+    ) -> BTreeMap<String, String> {
         let report = HeldReport {
             reported_at_ms,
             reader: ReaderHeld {
@@ -168,6 +185,7 @@ mod tests {
                 drain_millis_per_second: drain_millis,
                 oldest_age_milliseconds: oldest_ms,
                 delivery_wait_p99_milliseconds: oldest_ms.map(|ms| ms / 2),
+                draining,
                 ..ReaderHeld::default()
             },
         };
@@ -193,6 +211,42 @@ mod tests {
                 oldest_age_seconds: Some(9.0),
                 delivery_wait_p99_seconds: Some(4.5),
             }
+        );
+    }
+
+    #[test]
+    fn a_draining_at_least_once_reader_counts_nowhere_from_its_last_report() {
+        let now = 300_000;
+        let maps = [
+            report("a", now - 5_000, 12_000, Some(9_000)),
+            // Its last report, just written: leaving, its old ages must not hold the target up.
+            report_of("b", now - 1_000, 0, Some(40_000), true),
+            // A draining reader whose report still carried a rate: ignored all the same.
+            report_of("c", now - 1_000, 30_000, Some(50_000), true),
+        ];
+        let rate = drain_rate(&maps, now);
+        assert_eq!(
+            rate,
+            DrainRate {
+                per_replica: Some(12.0),
+                total: 12.0,
+                live_readers: 1,
+                oldest_age_seconds: Some(9.0),
+                delivery_wait_p99_seconds: Some(4.5),
+            }
+        );
+    }
+
+    #[test]
+    fn a_draining_lease_counts_neither_in_the_total_nor_the_ages() {
+        let now = 100_000;
+        let mut leaving = lease("d", now - 1_000, 5_000, true);
+        let old = report_of("d", now - 1_000, 0, Some(70_000), true);
+        leaving.extend(old);
+        let rate = drain_rate([&lease("a", now - 1_000, 10_000, false), &leaving], now);
+        assert_eq!(
+            rate,
+            DrainRate { per_replica: Some(10.0), total: 10.0, live_readers: 1, ..DrainRate::default() }
         );
     }
 

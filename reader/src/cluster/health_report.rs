@@ -15,11 +15,13 @@
 //! scale on its drain rate as an exactly-once one does.
 //!
 //! Why rate-limited: a failing sink changes its counts with every message. A write is made when
-//! the set of stalled or failing sinks changes, or what the reader holds, its drain rate or the
-//! oldest age it saw halves or doubles (or its bound changes), at most every [`MIN_GAP`], and
-//! otherwise every
-//! [`REFRESH`] so that the operator can tell a live report from a dead reader's ([`KEY`] carries
-//! the time of writing).
+//! the set of stalled or failing sinks changes, what the reader holds or the oldest age it saw
+//! halves or doubles, its bound changes, or its drain rate moves by a quarter either way from the
+//! rate last written (`held_report::Shape`: the autoscaler sizes the fleet on the summed rate, and
+//! after a scale event each reader's rate moves by a fraction), at most every [`MIN_GAP`], and
+//! otherwise every [`REFRESH`] so that the operator can tell a live report from a dead reader's
+//! ([`KEY`] carries the time of writing). The API write budget per reader: 2 writes a minute when
+//! nothing moves, 12 at worst (a change at every gap), plus the one last report of a drain.
 //!
 //! The value, JSON: `{"reportedAtMs": 1700000000000, "sinks": {"<sink>": {"lastSuccessMs": ...,
 //! "failuresSince": 3, "lastError": "...", "stalled": true, "circuit": "open"}}}` (`circuit`:
@@ -65,8 +67,7 @@ pub fn entry(sinks: &BTreeMap<String, SinkReport>, now_ms: i64) -> (String, Stri
 type Shape = (Vec<(String, bool, bool)>, Option<held_report::Shape>);
 
 /// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled,
-/// and a change by about half or double of what the reader holds, of its drain rate or of the
-/// oldest age it received, or of its bound.
+/// and what the reader holds (`held_report::Shape`).
 fn shape(sinks: &BTreeMap<String, SinkReport>, report: &ReaderReport) -> Shape {
     let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect();
     (sinks, report.shape())
@@ -77,7 +78,15 @@ fn shape(sinks: &BTreeMap<String, SinkReport>, report: &ReaderReport) -> Shape {
 pub fn due(last: Option<&(Instant, Shape)>, now: Instant, shape: &Shape) -> bool {
     let Some((at, written)) = last else { return true };
     let since = now.duration_since(*at);
-    since >= REFRESH || (since >= MIN_GAP && written != shape)
+    since >= REFRESH || (since >= MIN_GAP && moved(written, shape))
+}
+
+fn moved(written: &Shape, now: &Shape) -> bool {
+    let held = match (&written.1, &now.1) {
+        (Some(written), Some(now)) => now.moved_from(written),
+        (written, now) => written != now,
+    };
+    written.0 != now.0 || held
 }
 
 /// Writes the report of an at-least-once reader (no lease of the checkpoint protocol).
@@ -87,7 +96,9 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// Reports until `stop`; write failures are warned about once per failing spell.
+    /// Reports until `stop`, then writes one last report marking the reader draining (with drain
+    /// rate 0) so that the autoscaler stops counting it at once rather than when its report goes
+    /// stale; write failures are warned about once per failing spell.
     pub async fn run(self, stop: CancellationToken) {
         let mut last: Option<(Instant, Shape)> = None;
         let mut failing = false;
@@ -119,9 +130,24 @@ impl Reporter {
                 last = Some((now, shape));
             }
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => return self.leave().await,
                 () = tokio::time::sleep(TICK) => {}
             }
+        }
+    }
+
+    /// The last report, whatever the gap since the one before.
+    async fn leave(&self) {
+        let report = &self.config.report;
+        report.set_draining();
+        let now_ms = now_ms();
+        let held = report.held_entry(&self.config.pod, now_ms);
+        match self.write(entry(&report.sinks(), now_ms), held).await {
+            Ok(()) => tracing::info!("reported draining to the operator"),
+            Err(error) => tracing::warn!(
+                "cannot report draining in ConfigMap {}: {error}; the autoscaler counts this reader until its report goes stale",
+                self.name()
+            ),
         }
     }
 
@@ -155,22 +181,39 @@ impl Reporter {
 mod tests {
     use super::*;
 
+    fn shape(failing: bool, held: u64, drain_per_second: u64) -> Shape {
+        let held = held_report::Shape { held, bound: 40, drain_millis: drain_per_second * 1000, age: 0 };
+        (vec![("web".to_owned(), failing, false)], Some(held))
+    }
+
     #[test]
     fn writes_at_once_then_on_change_no_sooner_than_the_gap_and_at_the_refresh() {
         let t0 = Instant::now();
-        let healthy = (vec![("web".to_owned(), false, false)], Some([3, 40, 4, 0]));
-        let failing = (vec![("web".to_owned(), true, false)], Some([3, 40, 4, 0]));
-        let fuller = (vec![("web".to_owned(), false, false)], Some([5, 40, 4, 0]));
-        let faster = (vec![("web".to_owned(), false, false)], Some([3, 40, 5, 0]));
+        let healthy = shape(false, 3, 100);
         assert!(due(None, t0, &healthy), "the first report at once");
         let written = (t0, healthy.clone());
         let last = Some(&written);
-        assert!(!due(last, t0 + Duration::from_secs(4), &failing), "not within the gap");
-        assert!(due(last, t0 + MIN_GAP, &failing), "a change after the gap");
+        assert!(!due(last, t0 + Duration::from_secs(4), &shape(true, 3, 100)), "not within the gap");
+        assert!(due(last, t0 + MIN_GAP, &shape(true, 3, 100)), "a change after the gap");
         assert!(!due(last, t0 + Duration::from_secs(29), &healthy), "no change: quiet");
         assert!(due(last, t0 + REFRESH, &healthy), "the refresh");
-        assert!(due(last, t0 + MIN_GAP, &fuller), "held grew fourfold");
-        assert!(due(last, t0 + MIN_GAP, &faster), "the drain rate doubled");
+        assert!(due(last, t0 + MIN_GAP, &shape(false, 5, 100)), "held grew fourfold");
+        assert!(due(last, t0 + MIN_GAP, &shape(false, 3, 200)), "the drain rate doubled");
+    }
+
+    #[test]
+    fn a_quarter_move_of_the_drain_rate_writes_after_the_gap_and_jitter_does_not() {
+        let t0 = Instant::now();
+        let written = (t0, shape(false, 3, 100));
+        let last = Some(&written);
+        let gap = t0 + MIN_GAP;
+        assert!(!due(last, t0 + Duration::from_secs(4), &shape(false, 3, 130)), "not within the gap");
+        assert!(due(last, gap, &shape(false, 3, 130)), "30% up");
+        assert!(due(last, gap, &shape(false, 3, 78)), "a fifth down, a quarter up the other way");
+        for jitter in [90, 96, 104, 110, 118] {
+            let jittered = shape(false, 3, jitter);
+            assert!(!due(last, t0 + Duration::from_secs(29), &jittered), "{jitter} msg/s is jitter");
+        }
     }
 
     #[test]

@@ -226,6 +226,9 @@ impl Cluster {
                 continue;
             }
             let (drain, in_flight, draining) = *self.figures.lock().unwrap_or_else(|p| p.into_inner());
+            if draining {
+                self.config.report.set_draining();
+            }
             let result = self
                 .write(|lease| {
                     lease.renewed_at_ms = now;
@@ -341,7 +344,9 @@ impl Backend for Cluster {
         async move {
             // Expire the lease now (one compare-and-swap) rather than delete it: readers hold no
             // `delete` on ConfigMaps (see the operator's build/rbac.rs), and an expired lease is
-            // fenced by the coordinator's next step, which is all the barrier needs.
+            // fenced by the coordinator's next step, which is all the barrier needs. The report
+            // it carries says draining too, for status.readers.
+            self.config.report.set_draining();
             let result = self
                 .write_as(Some(self.incarnation()), |lease| {
                     lease.renewed_at_ms = 0;

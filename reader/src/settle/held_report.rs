@@ -13,6 +13,7 @@
 //! health from `process::health` and their circuits from `sink::circuit`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -25,16 +26,52 @@ use crate::process::report::{Rates, Window};
 use crate::sink::breaker::State;
 use crate::sink::circuit::Circuits;
 
-/// What makes a report worth writing before its refresh, each on a log scale (a change by about
-/// half or double): the held messages, the drain rate and the oldest age at receive; and the bound
-/// in force. `None` before the pollers start.
-pub type Shape = [u64; 4];
+/// What makes a report worth writing before its refresh: the held messages and the oldest age at
+/// receive on a log scale of base 2 (a change by about half or double), the bound in force, and the
+/// drain rate, which counts as moved when it changed by [`DRAIN_STEP`] either way
+/// ([`Shape::moved_from`]).
+///
+/// Why the drain rate moves on a finer scale: the autoscaler sizes the fleet on the summed drain
+/// rate, and right after a scale event each reader's rate moves by a fraction (8 readers to 6 is a
+/// third more work each), not by double; on the base-2 scale such a move waited for the refresh
+/// and the scaler decided on rates up to that old. Why a ratio to the rate last written rather
+/// than fixed buckets: a rate jittering across a bucket's edge would write at every gap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Log to base 2 of one plus the held messages.
+    pub held: u64,
+    /// The bound on held messages in force.
+    pub bound: u64,
+    /// The drain rate, thousandths of a message per second.
+    pub drain_millis: u64,
+    /// Log to base 2 of one plus the oldest age at receive, seconds.
+    pub age: u64,
+}
+
+/// The factor by which the drain rate must move (up, or down by its inverse) to be worth a write.
+pub const DRAIN_STEP: f64 = 1.25;
+
+impl Shape {
+    /// Whether this shape differs enough from the one last `written` to write it now. The drain
+    /// rates compare as one plus messages per second, so that idle and a trickle of 1 msg/s
+    /// stay a finite ratio apart.
+    pub fn moved_from(&self, written: &Shape) -> bool {
+        let per_second = |millis: u64| 1.0 + millis as f64 / 1000.0;
+        let ratio = per_second(self.drain_millis) / per_second(written.drain_millis);
+        // A hair under the step, so that an exact quarter counts despite the float rounding.
+        let step = DRAIN_STEP - 1e-9;
+        (self.held, self.bound, self.age) != (written.held, written.bound, written.age)
+            || ratio >= step
+            || ratio.recip() >= step
+    }
+}
 
 /// The reader's report, from the values that know its parts.
 pub struct ReaderReport {
     metrics: Arc<Metrics>,
     circuits: Arc<Circuits>,
     held: OnceLock<Arc<Held>>,
+    draining: AtomicBool,
 }
 
 impl std::fmt::Debug for ReaderReport {
@@ -45,7 +82,7 @@ impl std::fmt::Debug for ReaderReport {
 
 impl ReaderReport {
     pub fn new(metrics: Arc<Metrics>, circuits: Arc<Circuits>) -> Self {
-        Self { metrics, circuits, held: OnceLock::new() }
+        Self { metrics, circuits, held: OnceLock::new(), draining: AtomicBool::new(false) }
     }
 
     /// The reader's health (sinks, fetches, targets) the report is made of.
@@ -82,6 +119,12 @@ impl ReaderReport {
         self.circuits.any_open()
     }
 
+    /// From now on the report says the reader is draining, with drain rate 0: it is leaving,
+    /// so the autoscaler must not size the fleet on it.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
     fn figures(&self) -> Option<Figures> {
         Some(self.held.get()?.figures())
     }
@@ -92,14 +135,24 @@ impl ReaderReport {
         let log = |v: u64| u64::from(v.saturating_add(1).ilog2());
         let measured = &self.metrics.report;
         let age = measured.oldest_age_ms() / 1000;
-        Some([log(f.messages as u64), f.bound.messages as u64, log(measured.rates().drain / 1000), log(age)])
+        Some(Shape {
+            held: log(f.messages as u64),
+            bound: f.bound.messages as u64,
+            drain_millis: measured.rates().drain,
+            age: log(age),
+        })
     }
 
     /// The held report of `pod` now, taking the wait window; `None` before the pollers start.
     pub fn held(&self, pod: &str, now_ms: i64) -> Option<HeldReport> {
         let f = self.figures()?;
         let measured = &self.metrics.report;
-        Some(encode(pod, now_ms, f, measured.rates(), measured.take()))
+        let mut report = encode(pod, now_ms, f, measured.rates(), measured.take());
+        if self.draining.load(Ordering::Relaxed) {
+            report.reader.draining = true;
+            report.reader.drain_millis_per_second = 0;
+        }
+        Some(report)
     }
 
     /// The lease ConfigMap data entry of the held report for `pod` now, taking the wait window;
@@ -129,6 +182,7 @@ fn encode(pod: &str, now_ms: i64, f: Figures, rates: Rates, w: Window) -> HeldRe
             oldest_age_milliseconds: w.oldest_age_ms,
             delivery_wait_p50_milliseconds: w.delivery_wait.quantile(0.5),
             delivery_wait_p99_milliseconds: w.delivery_wait.quantile(0.99),
+            draining: false,
         },
     }
 }
@@ -137,6 +191,25 @@ fn encode(pod: &str, now_ms: i64, f: Figures, rates: Rates, w: Window) -> HeldRe
 mod tests {
     use super::super::held::Bound;
     use super::*;
+
+    fn rate(per_second: f64) -> Shape {
+        Shape { held: 3, bound: 40, drain_millis: (per_second * 1000.0) as u64, age: 0 }
+    }
+
+    #[test]
+    fn the_drain_rate_moves_with_a_quarter_and_not_with_jitter() {
+        let written = rate(99.0);
+        assert!(rate(124.0).moved_from(&written), "a quarter up");
+        assert!(rate(79.0).moved_from(&written), "a quarter down (the inverse of 1.25)");
+        assert!(rate(4.0 * 99.0).moved_from(&written), "8 readers to 2 at a steady total");
+        for jitter in [90.0, 95.0, 99.5, 105.0, 110.0, 118.0] {
+            assert!(!rate(jitter).moved_from(&written), "{jitter} msg/s is jitter around 99");
+        }
+        assert!(rate(0.25).moved_from(&rate(0.0)), "a trickle after idle");
+        assert!(!rate(0.2).moved_from(&rate(0.0)), "less than a quarter of a message per second");
+        let fuller = Shape { held: 4, ..written };
+        assert!(fuller.moved_from(&written), "held doubled");
+    }
 
     #[test]
     fn the_report_carries_the_figures_and_the_windows_mean_and_max() {
