@@ -5,6 +5,7 @@
 //! their old paths so that a suite names everything through `sluice_tests`.
 pub mod latency_proxy;
 pub mod localstack;
+pub mod outage;
 pub mod reaction;
 pub mod s3_objects;
 pub mod scrape;

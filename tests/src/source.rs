@@ -179,6 +179,11 @@ impl SourceYaml {
     }
 
     /// The manifest as YAML. Panics if it does not parse as an SqsSource: a test built it wrong.
+    /// `delivery.unreadyAfterSeconds`: how long a fault lasts before the reader reports not ready.
+    pub fn unready_after(self, seconds: u32) -> Self {
+        self.set("delivery", "unreadyAfterSeconds", seconds)
+    }
+
     pub fn yaml(&self) -> String {
         let yaml = serde_yaml::to_string(&self.doc).expect("a JSON tree renders as YAML");
         if let Err(e) = serde_yaml::from_str::<SqsSource>(&yaml) {
@@ -218,6 +223,11 @@ impl Sink {
     /// An `sqs` sink forwarding to `queue_url` at `endpoint`.
     pub fn sqs(queue_url: &str, endpoint: &str) -> Self {
         Self::of("sqs", json!({"queueUrl": queue_url, "endpoint": endpoint}))
+    }
+
+    /// A `log` sink: one line per record on the reader's output.
+    pub fn log() -> Self {
+        Self::of("log", json!({}))
     }
 
     /// `timeoutMs` of an http sink.

@@ -2,6 +2,7 @@
 //! it but without the operator or the local control plane; and the pinned Python peers the S3
 //! payload suites drive (boto3 and the Amazon SQS Extended Client, tests/scripts/pyclients.sh).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,6 +64,25 @@ impl Reader {
     /// What the reader logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Each message id's highest `receive_count` in the lines of the log sink named `sink`: how
+    /// often SQS handed each message out before it was delivered (what a RedrivePolicy counts).
+    pub fn receive_counts(&self, sink: &str) -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for line in self.log().lines().filter(|l| l.contains(sink) && l.contains("receive_count")) {
+            let field = |name: &str| {
+                let at = line.find(&format!("{name}="))? + name.len() + 1;
+                let rest = line[at..].trim_start_matches('"');
+                Some(rest.split(['"', ' ', ',']).next()?.to_owned())
+            };
+            if let (Some(id), Some(count)) = (field("message_id"), field("receive_count")) {
+                let count: u32 = count.parse().unwrap_or(0);
+                let seen = counts.entry(id).or_insert(0);
+                *seen = (*seen).max(count);
+            }
+        }
+        counts
     }
 
     /// VmHWM: the most resident memory the process has had.

@@ -115,24 +115,6 @@ async fn reader_metric(reader: &Reader, name: &str) -> Result<f64> {
     Ok(metric(&reader.metrics().await?, name).unwrap_or(0.0))
 }
 
-/// Each message id's highest `receive_count` in the log sink's lines.
-fn receive_counts(log: &str) -> BTreeMap<String, u32> {
-    let mut counts = BTreeMap::new();
-    for line in log.lines().filter(|l| l.contains("audit") && l.contains("receive_count")) {
-        let field = |name: &str| {
-            let at = line.find(&format!("{name}="))? + name.len() + 1;
-            let rest = line[at..].trim_start_matches('"');
-            Some(rest.split(['"', ' ', ',']).next()?.to_owned())
-        };
-        if let (Some(id), Some(count)) = (field("message_id"), field("receive_count")) {
-            let count: u32 = count.parse().unwrap_or(0);
-            let seen = counts.entry(id).or_insert(0);
-            *seen = (*seen).max(count);
-        }
-    }
-    counts
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
@@ -207,7 +189,7 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
         bodies.insert(event.id.clone(), event.body.clone());
     }
     let identical = expected.iter().filter(|(id, body)| bodies.get(*id) == Some(*body)).count();
-    let counts = receive_counts(&reader.log());
+    let counts = reader.receive_counts("audit");
     let mut histogram: BTreeMap<u32, usize> = BTreeMap::new();
     for id in expected.keys() {
         *histogram.entry(counts.get(id).copied().unwrap_or(0)).or_insert(0) += 1;

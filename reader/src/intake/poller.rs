@@ -180,6 +180,7 @@ impl Poller {
         };
         let messages = match answer {
             Ok(out) => {
+                metrics.health.receive_answered(queue_name(&self.intake.queue.url));
                 retry.backoff = Box::new(backoff(FIRST_RETRY, LONGEST_RETRY));
                 retry.attempt_id = None;
                 let messages = out.messages.unwrap_or_default();

@@ -7,7 +7,9 @@
 //! (`SinksHealthy`), not only counters. "Stalled" means a delivery to a sink failed and none to it
 //! has succeeded for the configured time since the later of its last success and the first failure
 //! after it: an idle reader (no work) is never stalled. Per sink, because one working sink must not
-//! hide another that fails every message. The payload stage keeps S3 by the same rule and clock.
+//! hide another that fails every message. The payload stage keeps S3 by the same rule and clock,
+//! and the pollers each queue's receives: a reader that cannot reach SQS (a network path, its
+//! credentials or its permissions, which the operator's own checks do not share) is not ready.
 //!
 //! Why one value per reader and not process-wide: two readers in one process (the tests) must not
 //! share health. It is built with the reader's metrics and reached through them; the events
@@ -106,6 +108,9 @@ const S3: &str = "s3";
 pub struct ReaderHealth {
     sinks: Mutex<Health>,
     fetches: Mutex<Health>,
+    /// ReceiveMessage per queue (by name), by the same rule: SQS unreachable or refusing this
+    /// reader (network, credentials, permissions) while the operator's own checks may still pass.
+    receives: Mutex<Health>,
     /// `--unready-after-seconds`, in milliseconds.
     unready_after_ms: AtomicU64,
     targets_missing: AtomicBool,
@@ -117,6 +122,7 @@ impl Default for ReaderHealth {
         Self {
             sinks: Mutex::default(),
             fetches: Mutex::default(),
+            receives: Mutex::default(),
             unready_after_ms: AtomicU64::new(60_000),
             targets_missing: AtomicBool::new(false),
             warnings: Arc::default(),
@@ -162,6 +168,11 @@ impl ReaderHealth {
         lock(&self.fetches).stalled(Instant::now(), self.unready_after())
     }
 
+    /// Receives from some queue have failed, with no answer since, for the configured time.
+    pub fn receives_stalled(&self) -> bool {
+        lock(&self.receives).stalled(Instant::now(), self.unready_after())
+    }
+
     /// Some target the source names was missing or forbidden at the last check.
     pub fn targets_missing(&self) -> bool {
         self.targets_missing.load(Ordering::Relaxed)
@@ -181,6 +192,14 @@ impl ReaderHealth {
 
     pub(crate) fn fetch_failed(&self, reason: &str) {
         lock(&self.fetches).failed(S3, Instant::now(), reason);
+    }
+
+    pub(crate) fn receive_answered(&self, queue: &str) {
+        lock(&self.receives).delivered(queue, sluice_protocol::now_ms());
+    }
+
+    pub(crate) fn receive_failed(&self, queue: &str, reason: &str) {
+        lock(&self.receives).failed(queue, Instant::now(), reason);
     }
 
     pub(crate) fn set_targets_missing(&self, missing: bool) {

@@ -274,7 +274,7 @@ async fn connect_queues(
 }
 
 /// Every second: not ready while deliveries fail and none succeeded for `--unready-after-seconds`,
-/// while payload fetches fail and S3 has not answered for as long (`payload::events`), or while a
+/// while receives from a queue fail and SQS has not answered for as long, while payload fetches fail and S3 has not answered for as long (`payload::events`), or while a
 /// target is missing (`targets`), as the reader's health (`process::health`) says; ready again on
 /// the next success. Leaves readiness alone once the reader stops (the drain owns it then).
 fn watch_readiness(admin: Admin, stop: Stop, report: Arc<ReaderReport>) {
@@ -287,13 +287,21 @@ fn watch_readiness(admin: Admin, stop: Stop, report: Arc<ReaderReport>) {
                 () = stop.stopped() => return,
             }
             let fetches_failing = health.fetches_stalled();
-            let stalled = report.sinks_stalled() || health.targets_missing() || fetches_failing;
+            let receives_failing = health.receives_stalled();
+            let stalled =
+                report.sinks_stalled() || health.targets_missing() || fetches_failing || receives_failing;
             if stalled != was_stalled {
                 if health.targets_missing() {
                     // `targets` said which one, and says when it is found.
                 } else if stalled && report.circuit_open() {
                     // `sink::circuit` said which sink, and says when it closes.
                     tracing::warn!("a sink's circuit is open: not ready");
+                } else if stalled && receives_failing {
+                    tracing::warn!(
+                        seconds = after.as_secs(),
+                        "receives from SQS have failed for {} s without an answer: what is held stays held, its deletes retried; not ready",
+                        after.as_secs()
+                    );
                 } else if stalled && fetches_failing {
                     tracing::warn!(
                         seconds = after.as_secs(),
@@ -307,7 +315,9 @@ fn watch_readiness(admin: Admin, stop: Stop, report: Arc<ReaderReport>) {
                         after.as_secs()
                     );
                 } else {
-                    tracing::info!("deliveries and fetches succeed and every target is found: ready");
+                    tracing::info!(
+                        "receives, deliveries and fetches succeed and every target is found: ready"
+                    );
                 }
                 admin.set_ready(!stalled);
                 was_stalled = stalled;

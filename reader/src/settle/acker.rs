@@ -4,9 +4,17 @@
 //! `ledger::redelivery_delay`), so a lasting fault never turns into a hot loop.
 //!
 //! Why batched with a linger: a delete per message would double the requests SQS sees; waiting a
-//! few milliseconds for a batch to fill costs nothing a consumer could notice. Failed entries are
-//! retried with backoff a bounded number of times; a receipt that still fails is given up and
-//! counted (the message becomes visible again and is redelivered: at-least-once still holds).
+//! few milliseconds for a batch to fill costs nothing a consumer could notice.
+//!
+//! Failed entries are retried with backoff. A delivered message's delete that fails for SQS's
+//! fault (unreachable, throttled, 5xx) is retried until it lands or the reader stops: giving it up
+//! would let its visibility lapse and SQS hand it out again, a receive the message did not earn
+//! (the queue's RedrivePolicy counts it) and a duplicate at the sink. Meanwhile its receipt stays
+//! in the ledger, so the heartbeat keeps extending it. Once the reader stops, and for releases and
+//! an epoch's confirmed deletes (whose callers decide what an unconfirmed delete means), a receipt
+//! that still fails after a few attempts is given up and counted (the message becomes visible
+//! again: at-least-once still holds). A failure SQS blames on the request (a stale receipt) is
+//! given up at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +25,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
@@ -34,10 +43,12 @@ pub const BATCH: usize = 10;
 /// batches fill to 10 instead of going out with whatever 15 ms brought.
 pub const LINGER: Duration = Duration::from_millis(15);
 pub const LINGER_CAP: Duration = Duration::from_millis(60);
+/// Attempts of a call that is not retried until it lands (and of a delete once the reader stops).
 const ATTEMPTS: u32 = 5;
-/// Backoff between attempts of a batch call.
+/// Backoff between attempts of a batch call: the first few close together (a passing error), then
+/// slower while SQS stays away.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
-const LONGEST_RETRY: Duration = Duration::from_millis(1600);
+const LONGEST_RETRY: Duration = Duration::from_secs(10);
 const MAX_CALLS_IN_FLIGHT: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +81,9 @@ enum Command {
 pub struct Acker {
     tx: mpsc::UnboundedSender<Command>,
     objects: Option<Arc<ObjectCleanup>>,
+    /// Cancelled by [`Acker::close`] before it asks: the acker's loop may be waiting for room
+    /// among calls that retry until this is cancelled.
+    closing: CancellationToken,
 }
 
 struct Shared {
@@ -82,6 +96,8 @@ struct Shared {
     linger: Duration,
     /// How long a part-full batch waits at most: [`LINGER_CAP`], or the batching window.
     cap: Duration,
+    /// Set once the acker is told to close: deletes stop retrying without bound.
+    closing: CancellationToken,
 }
 
 impl Acker {
@@ -104,9 +120,18 @@ impl Acker {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let (linger, cap) = if window.is_zero() { (LINGER, LINGER_CAP) } else { (window, window) };
-        let shared = Shared { queues, ledger, metrics, objects: objects.clone(), linger, cap };
+        let closing = CancellationToken::new();
+        let shared = Shared {
+            queues,
+            ledger,
+            metrics,
+            objects: objects.clone(),
+            linger,
+            cap,
+            closing: closing.clone(),
+        };
         tokio::spawn(run(rx, Arc::new(shared)));
-        Self { tx, objects }
+        Self { tx, objects, closing }
     }
 
     /// Where delivered messages' Extended Client objects are remembered (absent: kept).
@@ -152,6 +177,7 @@ impl Acker {
 
     /// Send everything pending and wait for every call (retries included) to finish.
     pub async fn close(&self) {
+        self.closing.cancel();
         let (done, wait) = oneshot::channel();
         if self.tx.send(Command::Close(done)).is_ok() {
             let _ = wait.await;
@@ -200,7 +226,9 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                         });
                         // Bounded like the acker's own calls: an epoch may hold thousands.
                         let confirmed: Vec<Vec<Ticket>> = futures::stream::iter(chunks)
-                            .map(|(queue, chunk)| settle_with_retries(&shared, Kind::Delete, queue, chunk))
+                            .map(|(queue, chunk)| {
+                                settle_with_retries(&shared, Kind::Delete, queue, chunk, Persist::Bounded)
+                            })
                             .buffer_unordered(MAX_CALLS_IN_FLIGHT)
                             .collect()
                             .await;
@@ -208,6 +236,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                     });
                 }
                 Some(Command::Close(done)) => {
+                    shared.closing.cancel();
                     flush(&mut calls, &shared, &mut pending).await;
                     while calls.join_next().await.is_some() {}
                     if let Some(objects) = &shared.objects {
@@ -217,6 +246,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, shared: Arc<Shared>) {
                     return;
                 }
                 None => {
+                    shared.closing.cancel();
                     flush(&mut calls, &shared, &mut pending).await;
                     while calls.join_next().await.is_some() {}
                     return;
@@ -253,8 +283,18 @@ async fn send(
     }
     let shared = shared.clone();
     calls.spawn(async move {
-        settle_with_retries(&shared, kind, queue, batch).await;
+        let persist = if kind == Kind::Delete { Persist::UntilClosing } else { Persist::Bounded };
+        settle_with_retries(&shared, kind, queue, batch, persist).await;
     });
+}
+
+/// How long a call's retryable failures are retried.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Persist {
+    /// [`ATTEMPTS`] attempts.
+    Bounded,
+    /// Until the acker closes, then [`ATTEMPTS`] more.
+    UntilClosing,
 }
 
 /// Answers the tickets that succeeded.
@@ -263,13 +303,15 @@ async fn settle_with_retries(
     kind: Kind,
     queue: usize,
     mut batch: Vec<(Ticket, Receipt)>,
+    persist: Persist,
 ) -> Vec<Ticket> {
     let stage = kind.stage();
     // The attempts are counted here, not by a retry wrapper: each one sends only the entries
     // that failed before.
     let mut delays = backoff(FIRST_RETRY, LONGEST_RETRY);
     let mut succeeded = Vec::new();
-    for attempt in 1..=ATTEMPTS {
+    let mut bounded_attempts = 0;
+    loop {
         let failed = call(shared, kind, queue, &batch).await;
         let done: Vec<Ticket> =
             batch.iter().map(|(t, _)| *t).filter(|t| !failed.iter().any(|(f, _)| f == t)).collect();
@@ -285,8 +327,20 @@ async fn settle_with_retries(
         if batch.is_empty() {
             return succeeded;
         }
-        if attempt < ATTEMPTS {
-            tokio::time::sleep(delays.next().unwrap_or(LONGEST_RETRY)).await;
+        if persist == Persist::Bounded || shared.closing.is_cancelled() {
+            bounded_attempts += 1;
+            if bounded_attempts >= ATTEMPTS {
+                break;
+            }
+        }
+        let delay = delays.next().unwrap_or(LONGEST_RETRY);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            // Closing: the rest of the attempts go at the short pace, so a drain is not held
+            // by a long backoff.
+            () = shared.closing.cancelled(), if persist == Persist::UntilClosing && !shared.closing.is_cancelled() => {
+                delays = backoff(FIRST_RETRY, FIRST_RETRY * 8);
+            }
         }
     }
     let (queue_url, messages) = (&shared.queues[queue].url, batch.len() as u64);

@@ -1,5 +1,7 @@
 //! A ReceiveMessage call that failed: counted by its AWS code (`reader_errors_total{stage=
-//! "receive"}`) and one WARN line per queue and kind per `warnings::WINDOW`, with the count.
+//! "receive"}`), one WARN line per queue and kind per `warnings::WINDOW`, with the count, and the
+//! queue's receive health (`process::health`: not ready once receives fail for
+//! `--unready-after-seconds` without an answer).
 
 use std::fmt;
 use std::time::Duration;
@@ -40,6 +42,7 @@ impl Event for ReceiveFailed<'_> {
         };
         metrics.fault(fault);
         let queue = queue_name(self.queue_url);
+        metrics.health.receive_failed(queue, &self.error.to_string());
         if let Some(failures) = metrics.health.warnings().due(queue, kind) {
             let (error, retry_ms) = (self.error, self.retry_in.as_millis() as u64);
             tracing::warn!(
