@@ -1,7 +1,9 @@
 //! The SIGTERM drain with the real binary against LocalStack: messages not yet handed to a sink
 //! go back to the queue at once, only deliveries under way are awaited, an idle reader stops
-//! promptly. The measured figures are printed; the bounds asserted are generous (a loaded
-//! machine must not fail them), the figures are what to read.
+//! promptly, and in a cluster (the local control plane, in-process, behind a slow link) the
+//! reader's last report says it is draining before it exits. The measured figures are printed;
+//! the bounds asserted are generous (a loaded machine must not fail them), the figures are what
+//! to read.
 //!
 //! Without LocalStack they print SKIPPED and pass.
 
@@ -9,6 +11,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use sluice_crds::{HELD_REPORT_KEY, HeldReport};
+use sluice_protocol::lease_configmap_name;
+use sluice_tests::controlplane::{Config, ControlPlane, kubeconfig};
+use sluice_tests::latency_proxy::{Delay, LatencyProxy};
 use support::process::Reader;
 use support::sink_server::SinkServer;
 use support::sqs::Sqs;
@@ -85,4 +91,52 @@ async fn an_idle_reader_exits_promptly_on_sigterm() {
     let exited_after = stopped.elapsed();
     println!("drain: idle reader exited {exited_after:?} after SIGTERM");
     assert!(exited_after < 3 * SECOND, "an idle reader stops promptly: {exited_after:?}");
+}
+
+/// The held report in ConfigMap `name` of the control plane at `api`, if written yet.
+async fn held_report(api: &str, name: &str) -> Option<HeldReport> {
+    let url = format!("{api}/api/v1/namespaces/default/configmaps/{name}");
+    let object: serde_json::Value =
+        serde_json::from_str(&reqwest::get(url).await.ok()?.text().await.ok()?).ok()?;
+    serde_json::from_str(object["data"][HELD_REPORT_KEY].as_str()?).ok()
+}
+
+/// An at-least-once reader in a cluster drains in well under a second when idle (its long polls
+/// abandoned), while its last report, a read and a write of its lease ConfigMap, takes two round
+/// trips of the API: 1 s each here, through a delay line. The drain waits for that report, so the
+/// operator's autoscaler sees `draining: true` at once rather than counting a gone reader until
+/// its report is stale.
+#[tokio::test]
+async fn a_cluster_reader_reports_draining_before_it_exits() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("drain-report", false, 30).await;
+    let api = ControlPlane::start(Config::default()).await.unwrap();
+    let slow = LatencyProxy::start(api.addr(), Delay::round_trip(SECOND, 0), None).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubeconfig");
+    kubeconfig::write(&config, &slow.url(), "default").unwrap();
+    let pod = "it-reader-0";
+    let env = [("KUBECONFIG", config.to_str().unwrap()), ("POD_NAME", pod)];
+    // 1 s long polls: the drain does not wait long for them to land.
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
+        .replace("waitTimeSeconds: 20", "waitTimeSeconds: 1");
+    let mut reader = Reader::start_with_env(&yaml, &["--coordination=kubernetes"], "info", &env);
+    let lease = lease_configmap_name("it", pod);
+    let started = Instant::now();
+    while held_report(&api.url(), &lease).await.is_none() {
+        assert!(started.elapsed() < 60 * SECOND, "no report within 60 s; stderr:\n{}", reader.stderr());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stopped = Instant::now();
+    reader.sigterm();
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    let exited_after = stopped.elapsed();
+    let report = held_report(&api.url(), &lease).await.expect("the report is still there");
+    println!(
+        "drain: cluster reader exited {exited_after:?} after SIGTERM, draining: {}",
+        report.reader.draining
+    );
+    assert!(report.reader.draining, "the last report says draining; stderr:\n{}", reader.stderr());
+    assert_eq!(report.reader.drain_millis_per_second, 0, "a draining reader reports no drain rate");
 }
