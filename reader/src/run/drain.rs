@@ -4,7 +4,9 @@
 //! Only deliveries under way are waited for: the sinks see the same stop (`SinkContext::stopping`)
 //! and answer records that have not started yet as failed at once, and the pipeline settles each
 //! record as it is answered, so those are released within moments of the signal rather than at
-//! the deadline. A reader with nothing in work stops as soon as its pollers do.
+//! the deadline. A reader with nothing in work stops as soon as its pollers do: when the long
+//! polls they had out at the signal land (`intake::poller`: a receive hung up on would hide what
+//! SQS still hands it for a visibility timeout).
 //!
 //! Last, it waits (briefly) for the reader's last report to the operator, which the reporter
 //! writes as soon as the stop comes: a reader that drains in milliseconds would otherwise exit

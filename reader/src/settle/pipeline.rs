@@ -93,11 +93,6 @@ impl Pipeline {
         self.lock_ledger().len()
     }
 
-    /// Messages a stopping reader still has to hand back.
-    pub fn to_hand_back(&self) -> usize {
-        self.lock_ledger().to_hand_back()
-    }
-
     /// The S3 objects deleted with their messages (Extended Client pointers), if any.
     pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
         self.acker.objects()
