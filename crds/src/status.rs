@@ -22,10 +22,13 @@ pub struct SqsSourceStatus {
     /// whose receiver must drop repeated `ce-id`s; a FIFO source forwarded to a standard queue,
     /// which loses the order; plain http to a host that is not local), TargetsReachable (every
     /// sink queue, dead-letter queue and bucket the spec names exists), and SinksHealthy (False
-    /// while some reader's deliveries to a sink have failed with no success for that reader's
-    /// `--unready-after-seconds`, naming the sink, its field and target, and the last error;
-    /// Unknown while no reader has reported in the last 90 s; written a few seconds after the
-    /// readers report, with an event on each change to and from False). Every type but
+    /// with reason SinkFailing while some reader's deliveries to a sink have failed with no
+    /// success for that reader's `--unready-after-seconds` or the sink's circuit is open, naming
+    /// the sink, its field and target, and the last error; False with reason
+    /// PayloadFetchFailing while some reader holds messages because fetching their payloads from
+    /// S3 fails (`spec.payload.s3`), named in the message too when a sink also fails; Unknown
+    /// while no reader has reported in the last 90 s; written a few seconds after the readers
+    /// report, with an event on each change to and from False). Every type but
     /// SinksHealthy is present once the operator has reconciled a valid source. Default empty.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]

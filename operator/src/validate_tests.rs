@@ -227,5 +227,6 @@ fn filter(expression: &str, route_to: Option<&str>) -> sluice_crds::FilterSpec {
         on_mismatch,
         route_to: route_to.map(Into::into),
         release_delay_seconds: None,
+        on_error: sluice_crds::FilterErrorFate::default(),
     }
 }

@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_crds::{FilterFate, FilterSpec};
+use sluice_crds::{FilterErrorFate, FilterFate, FilterSpec};
 use sluice_reader::intake::filter::{Filter, Judgement};
 use sluice_reader::record::{Payload, Record};
 
@@ -92,6 +92,7 @@ fn compile(expression: &str) -> Filter {
         on_mismatch: FilterFate::Delete,
         route_to: None,
         release_delay_seconds: None,
+        on_error: FilterErrorFate::DeadLetter,
     };
     Filter::compile(&spec).unwrap_or_else(|e| panic!("{expression}: {e}"))
 }

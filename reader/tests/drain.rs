@@ -1,7 +1,9 @@
 //! The SIGTERM drain with the real binary against LocalStack: messages not yet handed to a sink
 //! go back to the queue at once, only deliveries under way are awaited, an idle reader stops
-//! promptly. The measured figures are printed; the bounds asserted are generous (a loaded
-//! machine must not fail them), the figures are what to read.
+//! promptly, and in a cluster (the local control plane, in-process, behind a slow link) the
+//! reader's last report says it is draining before it exits. The measured figures are printed;
+//! the bounds asserted are generous (a loaded machine must not fail them), the figures are what
+//! to read.
 //!
 //! Without LocalStack they print SKIPPED and pass.
 
@@ -9,6 +11,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use sluice_crds::{HELD_REPORT_KEY, HeldReport};
+use sluice_protocol::lease_configmap_name;
+use sluice_tests::controlplane::{Config, ControlPlane, kubeconfig};
+use sluice_tests::latency_proxy::{Delay, LatencyProxy};
 use support::process::Reader;
 use support::sink_server::SinkServer;
 use support::sqs::Sqs;
@@ -71,18 +77,99 @@ async fn sigterm_releases_unstarted_messages_at_once_and_finishes_those_under_wa
 }
 
 #[tokio::test]
-async fn an_idle_reader_exits_promptly_on_sigterm() {
+async fn an_idle_reader_exits_when_its_long_polls_land() {
     let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
     let queue = sqs.queue("drain-idle", false, 30).await;
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/")), &[]);
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
+        .replace("waitTimeSeconds: 20", "waitTimeSeconds: 2");
+    let mut reader = Reader::start(&yaml, &[]);
     reader.admin().await;
-    // Let the pollers start their long polls (20 s) on the empty queue.
+    // Let the pollers start their long polls (2 s) on the empty queue.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let stopped = Instant::now();
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
     let exited_after = stopped.elapsed();
-    println!("drain: idle reader exited {exited_after:?} after SIGTERM");
-    assert!(exited_after < 3 * SECOND, "an idle reader stops promptly: {exited_after:?}");
+    println!("drain: idle reader (2 s long polls) exited {exited_after:?} after SIGTERM");
+    assert!(exited_after < 10 * SECOND, "an idle reader stops once its long polls land: {exited_after:?}");
+}
+
+/// The held report in ConfigMap `name` of the control plane at `api`, if written yet.
+async fn held_report(api: &str, name: &str) -> Option<HeldReport> {
+    let url = format!("{api}/api/v1/namespaces/default/configmaps/{name}");
+    let object: serde_json::Value =
+        serde_json::from_str(&reqwest::get(url).await.ok()?.text().await.ok()?).ok()?;
+    serde_json::from_str(object["data"][HELD_REPORT_KEY].as_str()?).ok()
+}
+
+/// An at-least-once reader in a cluster drains in well under a second when idle (its long polls
+/// abandoned), while its last report, a read and a write of its lease ConfigMap, takes two round
+/// trips of the API: 1 s each here, through a delay line. The drain waits for that report, so the
+/// operator's autoscaler sees `draining: true` at once rather than counting a gone reader until
+/// its report is stale.
+#[tokio::test]
+async fn a_cluster_reader_reports_draining_before_it_exits() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("drain-report", false, 30).await;
+    let api = ControlPlane::start(Config::default()).await.unwrap();
+    let slow = LatencyProxy::start(api.addr(), Delay::round_trip(SECOND, 0), None).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubeconfig");
+    kubeconfig::write(&config, &slow.url(), "default").unwrap();
+    let pod = "it-reader-0";
+    let env = [("KUBECONFIG", config.to_str().unwrap()), ("POD_NAME", pod)];
+    // 1 s long polls: the drain does not wait long for them to land.
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
+        .replace("waitTimeSeconds: 20", "waitTimeSeconds: 1");
+    let mut reader = Reader::start_with_env(&yaml, &["--coordination=kubernetes"], "info", &env);
+    let lease = lease_configmap_name("it", pod);
+    let started = Instant::now();
+    while held_report(&api.url(), &lease).await.is_none() {
+        assert!(started.elapsed() < 60 * SECOND, "no report within 60 s; stderr:\n{}", reader.stderr());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stopped = Instant::now();
+    reader.sigterm();
+    assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    let exited_after = stopped.elapsed();
+    let report = held_report(&api.url(), &lease).await.expect("the report is still there");
+    println!(
+        "drain: cluster reader exited {exited_after:?} after SIGTERM, draining: {}",
+        report.reader.draining
+    );
+    assert!(report.reader.draining, "the last report says draining; stderr:\n{}", reader.stderr());
+    assert_eq!(report.reader.drain_millis_per_second, 0, "a draining reader reports no drain rate");
+}
+
+/// A reader stopped while its long polls wait on an empty queue: messages that become visible
+/// right after (a peer's hand-back in a scale-in, a producer's send) must not vanish into a long
+/// poll the stopping reader hung up on, which SQS keeps open and serves until its wait ends,
+/// hiding what it hands out for a whole visibility timeout (60 s here). The reader lets each
+/// receive on the wire land and hands back what it brought, so every message is visible again
+/// within seconds.
+#[tokio::test]
+async fn messages_sent_while_a_stopping_reader_has_long_polls_out_stay_visible() {
+    let Some(sqs) = Sqs::connect().await else { return };
+    let (_sink, addr) = SinkServer::start().await;
+    let queue = sqs.queue("drain-polls", false, 60).await;
+    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
+        .replace("waitTimeSeconds: 20}", "waitTimeSeconds: 20, pollers: 4}");
+    let mut reader = Reader::start(&yaml, &[]);
+    let polls = reader.wait_metric("sluice_reader_receive_calls_total", 4.0, 30 * SECOND).await;
+    assert!(polls >= 4.0, "the pollers never sent their long polls; stderr:\n{}", reader.stderr());
+    reader.sigterm();
+    // Past the moment a stopping reader used to hang up on a poll it had nothing to hand back for.
+    tokio::time::sleep(SECOND).await;
+    let bodies: Vec<(String, Option<String>)> = (0..20).map(|i| (format!("late-{i}"), None)).collect();
+    sqs.send(&queue, &bodies).await;
+    let (visible_after, counts) = until_visible(&sqs, &queue, 20, 15 * SECOND).await;
+    let code = reader.exit_code(30 * SECOND).await;
+    println!(
+        "drain: 20 messages sent 1 s after SIGTERM, {} visible {visible_after:?} later (in flight {})",
+        counts.0, counts.1
+    );
+    assert_eq!(counts.0, 20, "every message visible again within seconds: {counts:?}\n{}", reader.stderr());
+    assert_eq!(code, 0, "stderr:\n{}", reader.stderr());
 }

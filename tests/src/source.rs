@@ -122,6 +122,9 @@ impl SourceYaml {
         let mut entry = Map::new();
         entry.insert("name".to_owned(), json!(name));
         entry.insert(sink.kind.to_owned(), Value::Object(sink.fields));
+        if let Some(route) = sink.route {
+            entry.insert("route".to_owned(), route);
+        }
         let entry = Value::Object(entry);
         self.doc["spec"]["sinks"].as_array_mut().expect("spec.sinks is a list").push(entry);
         self
@@ -204,6 +207,8 @@ impl SourceYaml {
 pub struct Sink {
     kind: &'static str,
     fields: Map<String, Value>,
+    /// `route` of the sink (beside its kind's block).
+    route: Option<Value>,
 }
 
 impl Sink {
@@ -263,9 +268,16 @@ impl Sink {
         self.with("keyTemplate", template)
     }
 
+    /// `route`: the sink takes only the messages whose String attribute `attribute` is one of
+    /// `values`.
+    pub fn route(mut self, attribute: &str, values: &[&str]) -> Self {
+        self.route = Some(json!({"attribute": attribute, "values": values}));
+        self
+    }
+
     fn of(kind: &'static str, fields: Value) -> Self {
         let Value::Object(fields) = fields else { unreachable!("built from an object literal") };
-        Self { kind, fields }
+        Self { kind, fields, route: None }
     }
 
     fn with(mut self, field: &str, value: impl Into<Value>) -> Self {

@@ -6,14 +6,21 @@
 //! `attributes.kind == 'order' && body.region == 'eu'` (one attribute AND one JSON field), which
 //! matches 250 of them; of the 750 others, 125 are plain text (a field of a non-JSON body reads
 //! as false) and 125 are JSON without a `region`, on which `body.region` fails (an evaluation
-//! error: a mismatch, counted apart). The three runs differ in the fate of a mismatch:
-//! - `delete`: the 250 matches reach the sink, the 750 others are deleted; the queue ends empty.
-//! - `release`: the 250 matches reach the sink; the 750 others stay on the queue for another
-//!   consumer, which this test then is: it drains exactly those 750, none lost.
-//! - `route`: the 250 matches reach one sink, the 750 others a second (`routeTo`) sink only.
+//! error, counted apart). The three runs differ in the fate of a mismatch:
+//! - `delete`: the 250 matches reach the sink, the 625 mismatches are deleted, and the 125 the
+//!   expression fails on reach the SQS dead-letter sink (`onError` left to its default,
+//!   `deadLetter`), each with a reason naming the expression and the missing key; the queue ends
+//!   empty.
+//! - `release`: the 250 matches reach the sink; the 625 mismatches are released, and the 125
+//!   failures too, having no dead-letter sink (with the visibility delay that grows with their
+//!   receive count); all 750 stay on the queue for another consumer, which this test then is: it
+//!   drains exactly those 750, none lost.
+//! - `route`, with `onError: mismatch`: the 250 matches reach one sink, the 750 others (the 125
+//!   failures among them) a second (`routeTo`) sink only.
 //!
-//! And `delete` once more under exactlyOnce, where a deleted mismatch is settled like a message
-//! delivered to no sink and deleted with its epoch's commit: the queue still ends empty.
+//! And `delete` once more under exactlyOnce, with `onError: mismatch`, where a deleted mismatch is
+//! settled like a message delivered to no sink and deleted with its epoch's commit: the 750 others,
+//! failures included, are deleted, and the queue still ends empty.
 //!
 //! Counts are printed and checked exactly, against the sinks' own distinct message ids and the
 //! queue, not the reader's word; the reader's filter metrics are printed beside them.
@@ -22,7 +29,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use sluice_tests::localstack::{LocalStack, TestQueue, sqs_client};
 use sluice_tests::poll::{Check, until};
 use sluice_tests::sinkserver::SinkServer;
@@ -59,23 +65,8 @@ fn seq(body: &str) -> u64 {
 }
 
 async fn send_mixed(queue: &TestQueue) -> Result<()> {
-    let seqs: Vec<u64> = (0..MESSAGES).collect();
-    for chunk in seqs.chunks(10) {
-        let mut request = queue.client().send_message_batch().queue_url(&queue.url);
-        for seq in chunk {
-            let (kind, body) = message(*seq);
-            let kind = MessageAttributeValue::builder().data_type("String").string_value(kind).build()?;
-            let entry = SendMessageBatchRequestEntry::builder()
-                .id(seq.to_string())
-                .message_body(body)
-                .message_attributes("kind", kind)
-                .build()?;
-            request = request.entries(entry);
-        }
-        let sent = request.send().await.context("SendMessageBatch")?;
-        ensure!(sent.failed().is_empty(), "SendMessageBatch: {} entries failed", sent.failed().len());
-    }
-    Ok(())
+    let messages: Vec<(&str, String)> = (0..MESSAGES).map(message).collect();
+    queue.send_kinds(&messages).await
 }
 
 fn source_yaml(
@@ -113,6 +104,24 @@ async fn errors(reader: &Reader) -> Result<u64> {
     Ok(sluice_tests::scrape::metric(&text, "sluice_reader_filter_errors_total").unwrap_or(0.0) as u64)
 }
 
+/// Receives and deletes what the dead-letter queue holds until `n` arrived (bounded); answers
+/// each message's `sluice-dlq-reason`.
+async fn dead_letter_reasons(queue: &TestQueue, n: usize) -> Result<Vec<String>> {
+    let mut reasons = Vec::new();
+    for _ in 0..120 {
+        let messages = queue.receive(Duration::from_secs(1)).await?;
+        queue.delete_messages(&messages).await?;
+        for message in &messages {
+            let reason = message.message_attributes().and_then(|a| a.get("sluice-dlq-reason"));
+            reasons.push(reason.and_then(|r| r.string_value()).unwrap_or_default().to_owned());
+        }
+        if reasons.len() >= n {
+            break;
+        }
+    }
+    Ok(reasons)
+}
+
 /// Waits until the reader counted `n` messages with `outcome`.
 async fn wait_filtered(reader: &Reader, outcome: &str, n: u64) -> Result<()> {
     until(WITHIN, Duration::from_millis(250), || async {
@@ -143,37 +152,65 @@ fn only_matching(what: &str, sink: &SinkServer) -> Result<()> {
     Ok(())
 }
 
-/// `exactly_once`: the same under `guarantee: exactlyOnce` (1 s epochs, the standalone reader's own
-/// coordinator), where a deleted mismatch is held for its epoch and deleted when it commits.
+/// `delete` with the default `onError` and an SQS dead-letter sink; `exactly_once`: under
+/// `guarantee: exactlyOnce` (1 s epochs, the standalone reader's own coordinator) with `onError:
+/// mismatch`, where a deleted mismatch is held for its epoch and deleted when it commits.
 async fn delete_run(endpoint: &str, exactly_once: bool) -> Result<()> {
     let (what, name) =
         if exactly_once { ("delete, exactlyOnce", "filter-delete-eo") } else { ("delete", "filter-delete") };
     let queue = TestQueue::create(&sqs_client(endpoint), name, false).await?;
+    let dead = TestQueue::create(&sqs_client(endpoint), "filter-dlq", false).await?;
     send_mixed(&queue).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let mut yaml =
-        source_yaml(name, &queue, endpoint, "    onMismatch: delete\n", &[("matches", sink.url())]);
+    let fate = if exactly_once {
+        "    onMismatch: delete\n    onError: mismatch\n"
+    } else {
+        "    onMismatch: delete\n"
+    };
+    let mut yaml = source_yaml(name, &queue, endpoint, fate, &[("matches", sink.url())]);
     if exactly_once {
         yaml.push_str("  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n");
+    } else {
+        let url = &dead.url;
+        yaml.push_str(&format!(
+            "  deadLetterSink:\n    name: dlq\n    sqs:\n      queueUrl: {url}\n      endpoint: {endpoint}\n"
+        ));
     }
     let reader = Reader::start(dir.path(), &yaml)?;
+    let (deleted_wanted, failed_wanted) = if exactly_once {
+        (MESSAGES - MATCHING, 0)
+    } else {
+        (MESSAGES - MATCHING - MISSING_REGION, MISSING_REGION)
+    };
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
-    wait_filtered(&reader, "deleted", MESSAGES - MATCHING).await?;
+    wait_filtered(&reader, "deleted", deleted_wanted).await?;
+    wait_filtered(&reader, "failed", failed_wanted).await?;
     wait_empty(&queue).await.with_context(|| reader.log())?;
-    let (matched, deleted, failed) =
-        (filtered(&reader, "matched").await?, filtered(&reader, "deleted").await?, errors(&reader).await?);
+    let (matched, deleted) = (filtered(&reader, "matched").await?, filtered(&reader, "deleted").await?);
+    let (failed, errors) = (filtered(&reader, "failed").await?, errors(&reader).await?);
+    let reasons = dead_letter_reasons(&dead, failed_wanted as usize).await?;
     println!(
-        "{what}: {} delivered to the sink; reader: {matched} matched, {deleted} deleted ({failed} evaluation errors); 0 left in the queue",
-        sink.stats().distinct
+        "{what}: {} delivered to the sink; reader: {matched} matched, {deleted} deleted, {failed} dead-lettered ({errors} evaluation errors); {} in the dead-letter queue, first reason: {:?}; 0 left in the queue",
+        sink.stats().distinct,
+        reasons.len(),
+        reasons.first()
     );
     only_matching(what, &sink)?;
     ensure!(
-        (matched, deleted, failed) == (MATCHING, MESSAGES - MATCHING, MISSING_REGION),
-        "{what}: counted {matched} matched, {deleted} deleted, {failed} errors"
+        (matched, deleted, failed, errors) == (MATCHING, deleted_wanted, failed_wanted, MISSING_REGION),
+        "{what}: counted {matched} matched, {deleted} deleted, {failed} dead-lettered, {errors} errors"
+    );
+    ensure!(reasons.len() as u64 == failed_wanted, "{what}: {} in the dead-letter queue", reasons.len());
+    let named =
+        |r: &String| r.contains(&format!("spec.filter.expression {FILTER:?}")) && r.contains("region");
+    ensure!(
+        reasons.iter().all(named),
+        "{what}: a reason does not name the expression and the key: {reasons:?}"
     );
     drop(reader);
     sink.stop().await?;
+    dead.delete().await?;
     queue.delete().await
 }
 
@@ -187,8 +224,10 @@ async fn release_run(endpoint: &str) -> Result<()> {
     let yaml = source_yaml("filter-release", &queue, endpoint, fate, &[("matches", sink.url())]);
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
-    wait_filtered(&reader, "released", MESSAGES - MATCHING).await?;
+    wait_filtered(&reader, "released", MESSAGES - MATCHING - MISSING_REGION).await?;
+    wait_filtered(&reader, "failed", MISSING_REGION).await?;
     let (matched, released) = (filtered(&reader, "matched").await?, filtered(&reader, "released").await?);
+    let failed = filtered(&reader, "failed").await?;
     // The reader stops (handing back anything it holds); another consumer takes the rest.
     drop(reader);
     let mut others = BTreeSet::new();
@@ -203,7 +242,7 @@ async fn release_run(endpoint: &str) -> Result<()> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     println!(
-        "release: {} delivered to the sink; reader: {matched} matched, {released} released; another consumer then drained {} distinct messages",
+        "release: {} delivered to the sink; reader: {matched} matched, {released} released, {failed} failed and released having no dead-letter sink; another consumer then drained {} distinct messages",
         sink.stats().distinct,
         others.len()
     );
@@ -216,8 +255,8 @@ async fn release_run(endpoint: &str) -> Result<()> {
         wanted.len()
     );
     ensure!(
-        matched == MATCHING && released >= MESSAGES - MATCHING,
-        "release: counted {matched} matched, {released} released"
+        matched == MATCHING && released >= MESSAGES - MATCHING - MISSING_REGION && failed >= MISSING_REGION,
+        "release: counted {matched} matched, {released} released, {failed} failed"
     );
     sink.stop().await?;
     queue.delete().await
@@ -229,8 +268,8 @@ async fn route_run(endpoint: &str) -> Result<()> {
     let (sink, others) = (SinkServer::start("127.0.0.1:0").await?, SinkServer::start("127.0.0.1:0").await?);
     let dir = tempfile::tempdir()?;
     let sinks = [("matches", sink.url()), ("others", others.url())];
-    let yaml =
-        source_yaml("filter-route", &queue, endpoint, "    onMismatch: route\n    routeTo: others\n", &sinks);
+    let fate = "    onMismatch: route\n    routeTo: others\n    onError: mismatch\n";
+    let yaml = source_yaml("filter-route", &queue, endpoint, fate, &sinks);
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     others.wait_for_distinct(MESSAGES - MATCHING, WITHIN).await.with_context(|| reader.log())?;

@@ -21,10 +21,10 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use bytes::Bytes;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
 use sluice_tests::poll::{Check, until};
+use sluice_tests::refused_port::RefusedPort;
 use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::standalone::Reader;
-use tokio::net::{TcpListener, TcpStream};
 
 const MESSAGES: usize = 50;
 const MAX_RECEIVE_COUNT: u32 = 3;
@@ -99,18 +99,6 @@ async fn send_pointers(
     Ok(expected)
 }
 
-/// Forwards every connection to `listener` to `upstream`, byte for byte.
-async fn forward(listener: TcpListener, upstream: String) {
-    while let Ok((mut inbound, _)) = listener.accept().await {
-        let upstream = upstream.clone();
-        tokio::spawn(async move {
-            if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-            }
-        });
-    }
-}
-
 async fn reader_metric(reader: &Reader, name: &str) -> Result<f64> {
     Ok(metric(&reader.metrics().await?, name).unwrap_or(0.0))
 }
@@ -129,14 +117,11 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
     s3.create_bucket().bucket(&bucket).send().await.context("CreateBucket")?;
     let expected = send_pointers(&s3, &queue, &bucket).await?;
 
-    // The payload endpoint's port, held by a socket bound but not listening: connections to it
-    // are refused, and no other process can take the port meanwhile.
-    let reserved = tokio::net::TcpSocket::new_v4()?;
-    reserved.bind("127.0.0.1:0".parse()?)?;
-    let addr = reserved.local_addr()?;
+    // The payload endpoint refuses connections until S3 comes back on the same port.
+    let mut s3_port = RefusedPort::new()?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let yaml = source_yaml(&queue, &endpoint, &format!("http://{addr}"), &sink.url());
+    let yaml = source_yaml(&queue, &endpoint, &s3_port.url(), &sink.url());
     let reader = Reader::start(dir.path(), &yaml)?;
     let started = Instant::now();
 
@@ -162,16 +147,7 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
     ensure!(delivered_during == 0, "{delivered_during} messages delivered while S3 refused connections");
 
     // S3 comes back on the same port.
-    drop(reserved);
-    let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let listener = until(Duration::from_secs(10), Duration::from_millis(100), || async {
-        Ok(match TcpListener::bind(addr).await {
-            Ok(listener) => Check::Met(listener),
-            Err(e) => Check::NotYet(format!("cannot bind {addr} again: {e}")),
-        })
-    })
-    .await?;
-    tokio::spawn(forward(listener, upstream));
+    s3_port.forward_to(endpoint.trim_start_matches("http://").trim_end_matches('/')).await?;
     let stats =
         sink.wait_for_distinct(MESSAGES as u64, DELIVERED_WITHIN).await.with_context(|| reader.log())?;
     until(Duration::from_secs(60), Duration::from_millis(300), || async {

@@ -6,7 +6,10 @@
 //! - an HTTP sink that refuses every message (400) and no dead-letter sink,
 //! - an HTTP sink that answers 503 to everything (an outage), read by 3 readers from a queue whose
 //!   RedrivePolicy dead-letters after 3 receives: the readers hold the messages and their sink's
-//!   circuit opens, so nothing reaches that dead-letter queue and every message arrives after.
+//!   circuit opens, so nothing reaches that dead-letter queue and every message arrives after,
+//! - a payload endpoint (`spec.payload.s3.endpoint`, Extended Client pointers) that refuses every
+//!   connection: the reader holds the messages for S3, and the condition names the payload
+//!   fetches (reason `PayloadFetchFailing`) rather than a sink.
 //!
 //! For each: the reader's `/readyz` turns 503 (at once when a target is missing: its start check
 //! finds it; else `spec.delivery.unreadyAfterSeconds`, 5 s here, after the first failure) and the
@@ -28,6 +31,7 @@ use kube::Api;
 use kube::api::ListParams;
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
+use sluice_tests::refused_port::RefusedPort;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::system::System;
 
@@ -53,6 +57,7 @@ enum Fault {
     MissingDeadLetterQueue,
     RejectingSink,
     SinkOutage,
+    PayloadOutage,
 }
 
 impl Fault {
@@ -62,6 +67,7 @@ impl Fault {
             Fault::MissingDeadLetterQueue => "nodlq",
             Fault::RejectingSink => "reject",
             Fault::SinkOutage => "outage",
+            Fault::PayloadOutage => "nofetch",
         }
     }
 
@@ -95,6 +101,9 @@ struct Case {
     /// outage, the queue's RedrivePolicy target, there all along).
     dead_letter: (String, String),
     sink: SinkServer,
+    /// The payload outage's S3 endpoint, refusing until the fault is removed.
+    s3_port: std::sync::Mutex<Option<RefusedPort>>,
+    s3_url: String,
 }
 
 /// What one case showed.
@@ -130,10 +139,13 @@ impl Case {
             Fault::MissingDeadLetterQueue => sink.refuse(StatusCode::BAD_REQUEST, POISON_MARKER),
             Fault::RejectingSink => sink.refuse(StatusCode::BAD_REQUEST, ""),
             Fault::SinkOutage => sink.refuse(StatusCode::SERVICE_UNAVAILABLE, ""),
-            Fault::MissingBucket => {}
+            Fault::MissingBucket | Fault::PayloadOutage => {}
         }
         let bucket = format!("e2e-health-{}", fastrand::u64(..));
-        Ok(Self { fault, endpoint: endpoint.to_owned(), queue, bucket, dead_letter, sink })
+        let s3_port = RefusedPort::new()?;
+        let s3_url = s3_port.url();
+        let s3_port = std::sync::Mutex::new(Some(s3_port));
+        Ok(Self { fault, endpoint: endpoint.to_owned(), queue, bucket, dead_letter, sink, s3_port, s3_url })
     }
 
     fn yaml(&self) -> String {
@@ -154,6 +166,12 @@ impl Case {
                 self.dead_letter.1
             ),
             Fault::RejectingSink | Fault::SinkOutage => http,
+            Fault::PayloadOutage => {
+                format!(
+                    "{http}  payload:\n    s3:\n      endpoint: {}\n      region: us-east-1\n",
+                    self.s3_url
+                )
+            }
         };
         format!(
             r#"apiVersion: sluice.dev/v1alpha1
@@ -214,6 +232,36 @@ spec:
                     .context("SendMessage")?;
             }
             Fault::RejectingSink | Fault::SinkOutage => self.sink.accept_all(),
+            Fault::PayloadOutage => {
+                let port = self.s3_port.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(mut port) = port {
+                    port.forward_to(self.endpoint.trim_start_matches("http://").trim_end_matches('/'))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the case's messages: for the payload outage, Extended Client pointers to objects in
+    /// the case's bucket (LocalStack's S3, reached through the refusing port once it forwards).
+    async fn send(&self, messages: usize) -> Result<()> {
+        if self.fault != Fault::PayloadOutage {
+            self.queue.send_batch(messages).await?;
+            return Ok(());
+        }
+        let s3 = s3_client(&self.endpoint);
+        s3.create_bucket().bucket(&self.bucket).send().await.context("CreateBucket")?;
+        for i in 0..messages {
+            let key = format!("payload/{i}.json");
+            let object = format!(r#"{{"seq":{i}}}"#).into_bytes();
+            s3.put_object().bucket(&self.bucket).key(&key).body(object.into()).send().await?;
+            let pointer = serde_json::json!([
+                "software.amazon.payloadoffloading.PayloadS3Pointer",
+                {"s3BucketName": self.bucket, "s3Key": key}
+            ]);
+            let send = self.queue.client().send_message().queue_url(&self.queue.url);
+            send.message_body(pointer.to_string()).send().await.context("SendMessage")?;
         }
         Ok(())
     }
@@ -245,6 +293,10 @@ spec:
                 let stats = self.sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(30)).await?;
                 format!("{} distinct messages at the sink after {} refusals", stats.distinct, stats.refused)
             }
+            Fault::PayloadOutage => {
+                let stats = self.sink.wait_for_distinct(MESSAGES as u64, Duration::from_secs(30)).await?;
+                format!("{} distinct payloads at the sink once S3 answered", stats.distinct)
+            }
             Fault::SinkOutage => {
                 let want = OUTAGE_MESSAGES as u64;
                 let stats = self.sink.wait_for_distinct(want, Duration::from_secs(30)).await?;
@@ -265,14 +317,14 @@ spec:
         let name = self.fault.source();
         system.apply_source(&self.yaml()).await?;
         system.wait_ready_readers(name, self.fault.replicas(), Duration::from_secs(60)).await?;
-        if matches!(self.fault, Fault::RejectingSink | Fault::SinkOutage) {
+        if matches!(self.fault, Fault::RejectingSink | Fault::SinkOutage | Fault::PayloadOutage) {
             wait_ready(system, name, true, Duration::from_secs(60)).await?;
         } else {
             // A missing target turns the reader unready at its start check, before any message.
             wait_ready(system, name, false, Duration::from_secs(60)).await?;
         }
         let messages = self.fault.messages();
-        self.queue.send_batch(messages).await?;
+        self.send(messages).await?;
         let fault = Instant::now();
 
         let (to_unready, unhealthy) = tokio::try_join!(
@@ -286,7 +338,11 @@ spec:
             },
         )?;
         let (condition, to_false) = unhealthy;
-        ensure!(condition.reason == "SinkFailing", "{name}: reason {}", condition.reason);
+        let reason = if self.fault == Fault::PayloadOutage { "PayloadFetchFailing" } else { "SinkFailing" };
+        ensure!(condition.reason == reason, "{name}: reason {}: {}", condition.reason, condition.message);
+        if self.fault == Fault::PayloadOutage {
+            ensure!(condition.message.contains("payload fetches from S3"), "{name}: {}", condition.message);
+        }
         ensure!(!condition.message.contains('\n'), "{name}: not one line: {}", condition.message);
         if self.fault == Fault::MissingBucket {
             ensure!(condition.message.contains(&self.bucket), "{name}: {}", condition.message);
@@ -299,7 +355,10 @@ spec:
         let receives_per_message = received / messages as f64;
         let receive_bound = match self.fault {
             // Held, not released: each message is received once.
-            Fault::SinkOutage | Fault::MissingBucket | Fault::MissingDeadLetterQueue => 1.0,
+            Fault::SinkOutage
+            | Fault::MissingBucket
+            | Fault::MissingDeadLetterQueue
+            | Fault::PayloadOutage => 1.0,
             Fault::RejectingSink => receives_within(window),
         };
         ensure!(
@@ -490,6 +549,8 @@ fn sink_warnings(state_dir: &Path, name: &str) -> BTreeMap<String, usize> {
         for line in text.lines().filter(|l| l.contains("WARN")) {
             let key = if let Some(rest) = line.split("delivery to sink ").nth(1) {
                 format!("sink {}", rest.split(" (").next().unwrap_or_default())
+            } else if let Some(rest) = line.split("object fetch ").nth(1) {
+                format!("object fetch {}", rest.split(" (").next().unwrap_or_default())
             } else if line.contains("no deadLetterSink is configured") {
                 "no deadLetterSink".to_owned()
             } else {
@@ -510,8 +571,13 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 async fn a_missing_bucket_a_missing_dead_letter_queue_and_a_refusing_sink_turn_health_false_then_true()
 -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
-    let faults =
-        [Fault::MissingBucket, Fault::MissingDeadLetterQueue, Fault::RejectingSink, Fault::SinkOutage];
+    let faults = [
+        Fault::MissingBucket,
+        Fault::MissingDeadLetterQueue,
+        Fault::RejectingSink,
+        Fault::SinkOutage,
+        Fault::PayloadOutage,
+    ];
     let mut cases = Vec::new();
     for fault in faults {
         cases.push(Case::create(fault, &endpoint).await?);

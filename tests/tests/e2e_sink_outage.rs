@@ -17,6 +17,10 @@
 //! And the same rule under exactlyOnce: an S3 sink whose bucket is missing for
 //! `SLUICE_BUCKET_OUTAGE_SECONDS` (default 45) and then created; nothing reaches the dead-letter
 //! queue, and every message is committed exactly once.
+//!
+//! And with attribute routes, where a message goes to two sinks and only one is down: the held
+//! messages go round again to the sink that is down only, so the healthy one receives each message
+//! exactly once however long the outage lasts.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -324,4 +328,87 @@ async fn exactly_once_to_a_missing_bucket_holds_until_it_exists() -> Result<()> 
     queue.delete().await?;
     dlq.delete().await?;
     Ok(())
+}
+
+/// Messages of the routed run: every one goes to the sink `all`, the even ones (attribute
+/// `kind: order`) to the sink `orders` too.
+const ROUTED_MESSAGES: usize = 100;
+/// Probes of `orders` while it is down (each a round of held messages) before it comes back.
+const ROUTED_PROBES: f64 = 3.0;
+
+/// `ROUTED_MESSAGES` messages, `kind` `order` for even bodies and `refund` for odd ones.
+fn kinds() -> Vec<(&'static str, String)> {
+    (0..ROUTED_MESSAGES)
+        .map(|seq| (if seq % 2 == 0 { "order" } else { "refund" }, format!("message {seq}")))
+        .collect()
+}
+
+/// Attribute routes and one sink down: `all` takes every message, `orders` (routed on `kind:
+/// order`) answers 503 until its circuit has probed it `ROUTED_PROBES` times, each probe a round
+/// of held messages. A held message goes again only to the sinks that have not taken it, so
+/// `all` receives each of the messages exactly once, and `orders` each order once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routed_message_held_for_one_sink_reaches_the_healthy_sink_once() -> Result<()> {
+    let endpoint = LocalStack::ensure().await?;
+    let queue = TestQueue::create(&sqs_client(&endpoint), "routed-outage", false).await?;
+    queue.send_kinds(&kinds()).await?;
+    let (all, orders) = (SinkServer::start("127.0.0.1:0").await?, SinkServer::start("127.0.0.1:0").await?);
+    orders.refuse(StatusCode::SERVICE_UNAVAILABLE, "");
+    let yaml = SourceYaml::bare("routed-outage", &queue.url, &endpoint)
+        .wait_time(1)
+        .sink("all", Sink::http(&all.url()).timeout_ms(2000))
+        .sink("orders", Sink::http(&orders.url()).timeout_ms(2000).route("kind", &["order"]))
+        .yaml();
+    let dir = tempfile::tempdir()?;
+    let reader = Reader::start(dir.path(), &yaml)?;
+    wait_open(&reader, "routed").await?;
+    until(DELIVERED_WITHIN, Duration::from_millis(250), || async {
+        let text = reader.metrics().await?;
+        let probes = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_reader_sink_circuit_transitions_total{"))
+            .filter(|l| l.contains("sink=\"orders\"") && l.contains("to=\"half_open\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        Ok(Check::met_if(probes >= ROUTED_PROBES, || format!("{probes} probes of orders so far")))
+    })
+    .await
+    .with_context(|| reader.log())?;
+    let during = all.stats();
+    orders.accept_all();
+    orders
+        .wait_for_distinct(ROUTED_MESSAGES as u64 / 2, DELIVERED_WITHIN)
+        .await
+        .with_context(|| reader.log())?;
+    all.wait_for_distinct(ROUTED_MESSAGES as u64, DELIVERED_WITHIN).await.with_context(|| reader.log())?;
+    until(Duration::from_secs(60), Duration::from_millis(300), || async {
+        let left = queue.approximate_counts().await?.total();
+        Ok(Check::met_if(left == 0, || format!("{left} messages left in the queue")))
+    })
+    .await?;
+    drop(reader);
+    let (all_stats, orders_stats) = (all.stop().await?, orders.stop().await?);
+    println!(
+        "routed, orders down for {ROUTED_PROBES} probes: all took {} of {ROUTED_MESSAGES} during the outage ({} duplicates) and {} in the end ({} duplicates); orders refused {} requests, then took {} distinct ({} duplicates)",
+        during.distinct,
+        during.duplicates,
+        all_stats.distinct,
+        all_stats.duplicates,
+        orders_stats.refused,
+        orders_stats.distinct,
+        orders_stats.duplicates
+    );
+    ensure!(during.distinct > 0, "no message reached the healthy sink during the outage");
+    ensure!(all_stats.duplicates == 0, "the healthy sink received {} duplicates", all_stats.duplicates);
+    ensure!(
+        all_stats.distinct == ROUTED_MESSAGES as u64,
+        "the healthy sink has {} distinct",
+        all_stats.distinct
+    );
+    ensure!(
+        orders_stats.distinct == ROUTED_MESSAGES as u64 / 2,
+        "orders has {} distinct",
+        orders_stats.distinct
+    );
+    queue.delete().await
 }

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 /// else the body as one string (`body.startsWith('x')` works; a field of a string reads as
 /// false, so `body.region == 'eu'` is a mismatch on a non-JSON body). The body is the message as received: an S3 notification or an
 /// Extended Client pointer, not the object it names (no object is fetched for a message the
-/// filter turns away). An expression that errors on a message (a missing key, a wrong type) or
-/// gives anything but `true` is a mismatch, counted in `sluice_reader_filter_errors_total`.
+/// filter turns away). An expression that gives `false` is a mismatch; one that fails on a
+/// message (a missing key, a wrong type) or gives anything but a bool is an error, by default the
+/// message's fault (`onError`, default `deadLetter`), counted in `sluice_reader_filter_errors_total`.
 /// Example: `{expression: "attributes.tenant == 'acme' && has(body.order) && body.order.total >
 /// 100", onMismatch: route, routeTo: others}`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -59,6 +60,25 @@ pub struct FilterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 43200))]
     pub release_delay_seconds: Option<u32>,
+    /// What happens to a message the expression fails on (a missing key: guard it with `has()`; a
+    /// wrong type): `deadLetter` (the message's fault: it takes the dead-letter route with a reason
+    /// naming the expression and the error, or, with no `deadLetterSink`, goes back to the queue
+    /// with the visibility delay that grows with its receive count, as a rejected message does),
+    /// or `mismatch` (it meets the `onMismatch` fate, so with `delete` a typo deletes every
+    /// message it fails on). Default `deadLetter`.
+    #[serde(default)]
+    pub on_error: FilterErrorFate,
+}
+
+/// The fate of a message `spec.filter.expression` fails on.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FilterErrorFate {
+    /// The dead-letter route, with the expression and the error as the reason.
+    #[default]
+    DeadLetter,
+    /// The fate of a mismatch (`onMismatch`).
+    Mismatch,
 }
 
 /// The fate of a message the filter does not match.

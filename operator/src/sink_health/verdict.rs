@@ -3,8 +3,12 @@
 //! Each reader writes its report in its lease ConfigMap, data key `sinkHealth`
 //! (reader/src/cluster/health_report.rs says when and in which form). A sink is unhealthy when
 //! some reader says it is stalled: deliveries to it failed and none succeeded for that reader's
-//! `--unready-after-seconds` (the same test that turns the reader's `/readyz` false). Reports older
-//! than [`STALE_MS`] are a reader that is gone, and are ignored.
+//! `--unready-after-seconds` (the same test that turns the reader's `/readyz` false), or its
+//! circuit is open. The payload fetches from S3 (`payloadFetches`) count the same way: a fetch
+//! that fails for S3's fault holds its message just as a sink's outage does, so a reader holding
+//! messages for S3 makes the condition False, naming the payload fetches (reason
+//! `PayloadFetchFailing` when no sink fails too). Reports older than [`STALE_MS`] are a reader
+//! that is gone, and are ignored.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +26,10 @@ pub struct Report {
     pub reported_at_ms: i64,
     #[serde(default)]
     pub sinks: BTreeMap<String, SinkReport>,
+    /// The reader's fetches of payloads from S3 (no `circuit`); absent from a reader that fetched
+    /// none, or from before this entry existed.
+    #[serde(default)]
+    pub payload_fetches: Option<SinkReport>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -82,26 +90,24 @@ pub fn verdict(spec: &SqsSourceSpec, reports: &[Report]) -> SinksVerdict {
         };
     }
     let mut sinks: BTreeMap<&str, Across> = BTreeMap::new();
+    let mut fetches = Across::default();
     for report in reports {
         for (name, sink) in &report.sinks {
-            let across = sinks.entry(name).or_default();
-            across.readers += 1;
-            across.failures += sink.failures_since;
-            across.last_success_ms = across.last_success_ms.max(sink.last_success_ms);
-            if sink.circuit.as_deref().is_some_and(|c| c != "closed") {
-                across.paused_readers += 1;
-            }
-            if sink.stalled {
-                across.stalled_readers += 1;
-                across.last_error = sink.last_error.clone().or(across.last_error.take());
-            }
+            sinks.entry(name).or_default().add(sink);
+        }
+        if let Some(fetch) = &report.payload_fetches {
+            fetches.add(fetch);
         }
     }
-    let failing: Vec<String> = sinks
+    let mut failing: Vec<String> = sinks
         .iter()
         .filter(|(_, a)| a.stalled_readers > 0)
         .map(|(name, a)| describe(&target_of(spec, name), a))
         .collect();
+    let sinks_failing = !failing.is_empty();
+    if fetches.stalled_readers > 0 {
+        failing.push(describe_fetches(spec, &fetches));
+    }
     if failing.is_empty() {
         return SinksVerdict {
             status: "True",
@@ -112,14 +118,57 @@ pub fn verdict(spec: &SqsSourceSpec, reports: &[Report]) -> SinksVerdict {
             ),
         };
     }
+    let (reason, what) = if sinks_failing {
+        (
+            "SinkFailing",
+            "the messages are retried with backoff and nothing is deleted until a sink takes them: fix the sink or its target",
+        )
+    } else {
+        (
+            "PayloadFetchFailing",
+            "the messages are held and fetched again with backoff and nothing is deleted until a sink takes them: fix the readers' access to the payloads' bucket (spec.payload.s3)",
+        )
+    };
     SinksVerdict {
         status: "False",
-        reason: "SinkFailing",
-        message: format!(
-            "{}; the messages are retried with backoff and nothing is deleted until a sink takes them: fix the sink or its target (see the readers' WARN lines)",
-            failing.join("; ")
-        ),
+        reason,
+        message: format!("{}; {what} (see the readers' WARN lines)", failing.join("; ")),
     }
+}
+
+impl Across {
+    /// One reader's word about the sink (or the payload fetches).
+    fn add(&mut self, report: &SinkReport) {
+        self.readers += 1;
+        self.failures += report.failures_since;
+        self.last_success_ms = self.last_success_ms.max(report.last_success_ms);
+        if report.circuit.as_deref().is_some_and(|c| c != "closed") {
+            self.paused_readers += 1;
+        }
+        if report.stalled {
+            self.stalled_readers += 1;
+            self.last_error = report.last_error.clone().or(self.last_error.take());
+        }
+    }
+}
+
+/// `payload fetches from S3 (spec.payload.s3, endpoint E) fail on N of M reader(s)...`.
+fn describe_fetches(spec: &SqsSourceSpec, a: &Across) -> String {
+    let endpoint = spec.payload.s3.as_ref().and_then(|s3| s3.endpoint.as_deref());
+    let endpoint = endpoint.map(|e| format!(", endpoint {e}")).unwrap_or_default();
+    let answer = match timestamp(a.last_success_ms) {
+        Some(at) => format!("S3's last answer {at}"),
+        None => "no answer from S3 yet".to_owned(),
+    };
+    let error = a.last_error.as_deref().unwrap_or("no error text");
+    format!(
+        "payload fetches from S3 (spec.payload.s3{endpoint}) fail on {} of {} reader(s) (receiving paused, messages held), {} failures since ({answer}); last error: {error}",
+        a.stalled_readers, a.readers, a.failures
+    )
+}
+
+fn timestamp(ms: Option<i64>) -> Option<k8s_openapi::jiff::Timestamp> {
+    ms.and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
 }
 
 /// `sink NAME (FIELD, TARGET)`: which sink, where the spec names it, and what it writes to.
@@ -142,11 +191,10 @@ fn target(sink: &SinkSpec) -> String {
 }
 
 fn describe(sink: &str, a: &Across) -> String {
-    let success =
-        match a.last_success_ms.and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok()) {
-            Some(at) => format!("last success {at}"),
-            None => "no success yet".to_owned(),
-        };
+    let success = match timestamp(a.last_success_ms) {
+        Some(at) => format!("last success {at}"),
+        None => "no success yet".to_owned(),
+    };
     let error = a.last_error.as_deref().unwrap_or("no error text");
     let paused = match a.paused_readers {
         0 => String::new(),
@@ -220,6 +268,33 @@ mod tests {
             "{}",
             v.message
         );
+    }
+
+    #[test]
+    fn held_payload_fetches_are_named_and_a_failing_sink_keeps_its_reason() {
+        let now = 1_000_000;
+        let healthy = r#"{"web":{"lastSuccessMs":3,"failuresSince":0,"stalled":false,"circuit":"closed"}}"#;
+        let fetching = |sinks: &str, stalled: bool| {
+            let report = format!(
+                r#"{{"reportedAtMs":{now},"sinks":{sinks},"payloadFetches":{{"lastSuccessMs":null,"failuresSince":4,"lastError":"GetObject s3://b/k: connection refused","stalled":{stalled}}}}}"#
+            );
+            BTreeMap::from([(KEY.to_owned(), report)])
+        };
+        let leases = [fetching(healthy, true), fetching(healthy, false)];
+        let v = verdict(&spec(), &fresh_reports(&leases, now));
+        assert_eq!((v.status, v.reason), ("False", "PayloadFetchFailing"));
+        assert!(
+            v.message.starts_with(
+                "payload fetches from S3 (spec.payload.s3) fail on 1 of 2 reader(s) (receiving paused, messages held), 8 failures since (no answer from S3 yet); last error: GetObject s3://b/k: connection refused; "
+            ),
+            "{}",
+            v.message
+        );
+        let failing = r#"{"web":{"failuresSince":5,"stalled":true,"circuit":"open"}}"#;
+        let v = verdict(&spec(), &fresh_reports(&[fetching(failing, true)], now));
+        assert_eq!(v.reason, "SinkFailing");
+        assert!(v.message.contains("sink web") && v.message.contains("payload fetches"), "{}", v.message);
+        assert_eq!(verdict(&spec(), &fresh_reports(&[fetching(healthy, false)], now)).status, "True");
     }
 
     #[test]

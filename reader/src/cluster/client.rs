@@ -83,14 +83,20 @@ pub async fn start_share(
 }
 
 /// Report this reader's sink health in its lease ConfigMap until `stop` (see `health_report`); for
-/// readers that hold no protocol lease (atLeastOnce). Without an API client it says so and
-/// reports nothing.
-pub async fn report_sink_health(source: &str, pod: &str, report: Arc<ReaderReport>, stop: CancellationToken) {
+/// readers that hold no protocol lease (atLeastOnce). The task ends once the last report (the
+/// reader draining) is written or given up: the drain awaits it. Without an API client it says
+/// so and reports nothing (`None`).
+pub async fn report_sink_health(
+    source: &str,
+    pod: &str,
+    report: Arc<ReaderReport>,
+    stop: CancellationToken,
+) -> Option<JoinHandle<()>> {
     let (client, namespace) = match client().await {
         Ok(found) => found,
         Err(error) => {
             tracing::warn!(%error, "no Kubernetes client: sink health is not reported to the operator");
-            return;
+            return None;
         }
     };
     let config = ClusterConfig {
@@ -106,5 +112,5 @@ pub async fn report_sink_health(source: &str, pod: &str, report: Arc<ReaderRepor
         report,
     };
     let reporter = Reporter { config_maps: kube::Api::namespaced(client, &namespace), config };
-    tokio::spawn(reporter.run(stop));
+    Some(tokio::spawn(reporter.run(stop)))
 }

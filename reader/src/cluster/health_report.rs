@@ -24,8 +24,11 @@
 //! nothing moves, 12 at worst (a change at every gap), plus the one last report of a drain.
 //!
 //! The value, JSON: `{"reportedAtMs": 1700000000000, "sinks": {"<sink>": {"lastSuccessMs": ...,
-//! "failuresSince": 3, "lastError": "...", "stalled": true, "circuit": "open"}}}` (`circuit`:
-//! `closed`, `open` or `half_open`; an open circuit is also `stalled`).
+//! "failuresSince": 3, "lastError": "...", "stalled": true, "circuit": "open"}}, "payloadFetches":
+//! {"lastSuccessMs": ..., "failuresSince": 1, "lastError": "...", "stalled": true}}` (`circuit`:
+//! `closed`, `open` or `half_open`; an open circuit is also `stalled`; `payloadFetches`, the
+//! fetches of payloads from S3, only once the reader fetched one, and `stalled` while messages
+//! are held for S3: a fetch outage holds messages as a sink outage does).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -38,7 +41,7 @@ use sluice_protocol::{lease_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{ClusterConfig, lease_metadata};
-use crate::process::health::SinkReport;
+use crate::process::health::{FetchReport, SinkReport};
 use crate::settle::held_report::{self, ReaderReport};
 
 /// The data key of the report.
@@ -54,23 +57,40 @@ const TICK: Duration = Duration::from_secs(1);
 struct Report<'a> {
     reported_at_ms: i64,
     sinks: &'a BTreeMap<String, SinkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_fetches: Option<&'a FetchReport>,
 }
 
-/// The data entry for `sinks`, written at `now_ms`.
-pub fn entry(sinks: &BTreeMap<String, SinkReport>, now_ms: i64) -> (String, String) {
-    let report = Report { reported_at_ms: now_ms, sinks };
+/// The data entry for `sinks` and the payload `fetches`, written at `now_ms`.
+pub fn entry(
+    sinks: &BTreeMap<String, SinkReport>,
+    fetches: Option<&FetchReport>,
+    now_ms: i64,
+) -> (String, String) {
+    let report = Report { reported_at_ms: now_ms, sinks, payload_fetches: fetches };
     (KEY.to_owned(), serde_json::to_string(&report).unwrap_or_default())
 }
 
-/// Per sink: its name, whether it fails, whether it is stalled; and the shape of what the reader
-/// holds (`ReaderReport::shape`).
+/// The data entry of `report` now.
+pub fn entry_of(report: &ReaderReport, now_ms: i64) -> (String, String) {
+    entry(&report.sinks(), report.fetches().as_ref(), now_ms)
+}
+
+/// Per sink (the payload fetches under the name `payloadFetches`, after the sinks): its name,
+/// whether it fails, whether it is stalled; and the shape of what the reader holds
+/// (`ReaderReport::shape`).
 type Shape = (Vec<(String, bool, bool)>, Option<held_report::Shape>);
 
-/// What makes a report worth writing before [`REFRESH`]: which sinks fail and which are stalled,
-/// and what the reader holds (`held_report::Shape`).
-fn shape(sinks: &BTreeMap<String, SinkReport>, report: &ReaderReport) -> Shape {
-    let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled)).collect();
-    (sinks, report.shape())
+/// What makes a report worth writing before [`REFRESH`]: which sinks (and whether the payload
+/// fetches) fail and which are stalled, and what the reader holds (`held_report::Shape`).
+fn shape(
+    sinks: &BTreeMap<String, SinkReport>,
+    fetches: Option<&FetchReport>,
+    report: &ReaderReport,
+) -> Shape {
+    let sinks = sinks.iter().map(|(name, r)| (name.clone(), r.failures_since > 0, r.stalled));
+    let fetches = fetches.map(|f| ("payloadFetches".to_owned(), f.failures_since > 0, f.stalled));
+    (sinks.chain(fetches).collect(), report.shape())
 }
 
 /// Whether a write is due: never before `MIN_GAP`, at `REFRESH`, and in between when the shape
@@ -104,13 +124,13 @@ impl Reporter {
         let mut failing = false;
         loop {
             let report = &self.config.report;
-            let sinks = report.sinks();
+            let (sinks, fetches) = (report.sinks(), report.fetches());
             let now = Instant::now();
-            let shape = shape(&sinks, report);
+            let shape = shape(&sinks, fetches.as_ref(), report);
             if due(last.as_ref(), now, &shape) {
                 let now_ms = now_ms();
                 let held = report.held_entry(&self.config.pod, now_ms);
-                match self.write(entry(&sinks, now_ms), held).await {
+                match self.write(entry(&sinks, fetches.as_ref(), now_ms), held).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("sink health reported to the operator again");
@@ -142,7 +162,7 @@ impl Reporter {
         report.set_draining();
         let now_ms = now_ms();
         let held = report.held_entry(&self.config.pod, now_ms);
-        match self.write(entry(&report.sinks(), now_ms), held).await {
+        match self.write(entry_of(report, now_ms), held).await {
             Ok(()) => tracing::info!("reported draining to the operator"),
             Err(error) => tracing::warn!(
                 "cannot report draining in ConfigMap {}: {error}; the autoscaler counts this reader until its report goes stale",
@@ -228,11 +248,22 @@ mod tests {
                 circuit: "open",
             },
         )]);
-        let (key, value) = entry(&sinks, 7);
+        let (key, value) = entry(&sinks, None, 7);
         assert_eq!(key, "sinkHealth");
         assert_eq!(
             value,
             r#"{"reportedAtMs":7,"sinks":{"web":{"lastSuccessMs":null,"failuresSince":2,"lastError":"HTTP 503","stalled":true,"circuit":"open"}}}"#
+        );
+        let fetches = FetchReport {
+            last_success_ms: Some(5),
+            failures_since: 1,
+            last_error: Some("GetObject: connection refused".into()),
+            stalled: true,
+        };
+        let (_, value) = entry(&BTreeMap::new(), Some(&fetches), 7);
+        assert_eq!(
+            value,
+            r#"{"reportedAtMs":7,"sinks":{},"payloadFetches":{"lastSuccessMs":5,"failuresSince":1,"lastError":"GetObject: connection refused","stalled":true}}"#
         );
     }
 }

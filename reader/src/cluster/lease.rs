@@ -84,7 +84,7 @@ pub fn lease_object(
 ) -> Result<ConfigMap> {
     let mut data = lease.to_data()?;
     let now = now_ms();
-    data.extend([health_report::entry(&config.report.sinks(), now)]);
+    data.extend([health_report::entry_of(&config.report, now)]);
     data.extend(config.report.held_entry(&config.pod, now));
     Ok(ConfigMap {
         metadata: lease_metadata(config, resource_version),

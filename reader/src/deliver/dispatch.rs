@@ -34,8 +34,10 @@ pub enum Verdict {
     Delete,
     /// Not delivered for a sink's fault (`sink::fault::Fault::Sink`): keep it invisible in the
     /// reader and deliver it again when the sink's circuit lets it (`settle::pipeline`). It never
-    /// costs the message a receive.
-    Hold,
+    /// costs the message a receive. `acknowledged`: the sinks (indexes into `spec.sinks`) that
+    /// took it in this delivery; the next one skips them ([`Item::acknowledged`]), so a sink that
+    /// works does not get the message again for every round of another sink's outage.
+    Hold { acknowledged: Vec<usize> },
     /// Not delivered for its own fault with no dead-letter sink to take it (or a drop): make it
     /// visible again, with a delay that grows with its receive count.
     Release,
@@ -51,11 +53,14 @@ pub struct Item {
     /// The one sink (index into `spec.sinks`) that takes it whatever the routes: a message
     /// `spec.filter` did not match, with `onMismatch: route`. `None`: the routes decide.
     pub to: Option<usize>,
+    /// The sinks (indexes into `spec.sinks`) that took a held message in an earlier delivery
+    /// ([`Verdict::Hold`]): it goes again only to the others.
+    pub acknowledged: Vec<usize>,
 }
 
 impl Item {
     pub fn new(record: Record, poison: Option<String>) -> Self {
-        Self { record: Arc::new(record), poison, to: None }
+        Self { record: Arc::new(record), poison, to: None, acknowledged: Vec::new() }
     }
 }
 
@@ -106,16 +111,18 @@ impl Dispatcher {
         Self { diverted: sink, ..self }
     }
 
-    /// Indexes of the sinks that take `item`.
+    /// Indexes of the sinks that take `item` and have not taken it yet.
     fn targets(&self, item: &Item) -> Vec<usize> {
-        match item.to {
+        let mut targets = match item.to {
             Some(sink) => vec![sink],
             None => {
                 let mut targets = self.sinks.targets(&item.record);
                 targets.retain(|&s| Some(s) != self.diverted);
                 targets
             }
-        }
+        };
+        targets.retain(|s| !item.acknowledged.contains(s));
+        targets
     }
 
     pub fn sinks(&self) -> &Sinks {
@@ -214,13 +221,13 @@ impl Dispatcher {
         // is at fault (retried together, in order), else released with it (they come back in
         // order after it).
         for (answers, held_back) in results {
-            let blocked = answers.last().map(|(_, v)| v.clone());
+            let blocked = answers.last().is_some_and(|(_, v)| matches!(v, Verdict::Hold { .. }));
             for (i, verdict) in answers {
                 verdicts[i] = verdict;
             }
-            if blocked == Some(Verdict::Hold) {
+            if blocked {
                 for i in held_back {
-                    verdicts[i] = Verdict::Hold;
+                    verdicts[i] = Verdict::Hold { acknowledged: Vec::new() };
                 }
             }
         }
@@ -234,6 +241,8 @@ impl Dispatcher {
         // The sinks that refused each record, with their reasons: they count against a sink's
         // health only if the record cannot be settled (see `verdicts`).
         let mut refusals: Vec<Vec<(&str, String)>> = vec![Vec::new(); items.len()];
+        // The sinks that took each record: a held record does not go to them again.
+        let mut acknowledged: Vec<Vec<usize>> = vec![Vec::new(); items.len()];
         let calls = per_sink.iter().enumerate().filter(|(_, idx)| !idx.is_empty()).map(|(s, idx)| {
             let sink = &self.sinks.sinks[s].sink;
             let span = spans.get(s).cloned().unwrap_or_else(Span::none);
@@ -264,6 +273,7 @@ impl Dispatcher {
                 match &outcome {
                     Outcome::Delivered => {
                         delivered += 1;
+                        acknowledged[i].push(s);
                         let record = &items[i].record;
                         Delivered { sink: name, circuits, record, acked_ms }.emit(&self.metrics);
                     }
@@ -285,7 +295,13 @@ impl Dispatcher {
             self.metrics.delivered(name, delivered);
             tracing::debug!(records = idx.len(), delivered, "delivered");
         }
-        self.verdicts(items, &outcomes, &refusals).await
+        let mut verdicts = self.verdicts(items, &outcomes, &refusals).await;
+        for (verdict, took) in verdicts.iter_mut().zip(acknowledged) {
+            if let Verdict::Hold { acknowledged } = verdict {
+                *acknowledged = took;
+            }
+        }
+        verdicts
     }
 
     /// Each record's outcomes so far (poison, refusals of sinks that cannot take it) and, per
@@ -328,7 +344,7 @@ impl Dispatcher {
                 Outcome::Delivered => verdicts.push(Verdict::Delete),
                 Outcome::Failed { reason } => {
                     tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed for the sink's fault; holding");
-                    verdicts.push(Verdict::Hold);
+                    verdicts.push(Verdict::Hold { acknowledged: Vec::new() });
                 }
                 Outcome::Redeliver { .. } => verdicts.push(Verdict::Release),
                 Outcome::Rejected { reason } => {
@@ -396,7 +412,7 @@ impl Dispatcher {
                     tracing::debug!(message_id = %items[*i].record.message_id, %reason,
                         "dead-letter sink did not take the record; holding");
                     DeadLetterFailed { sink, reason: &reason }.emit(&self.metrics);
-                    (*i, Verdict::Hold)
+                    (*i, Verdict::Hold { acknowledged: Vec::new() })
                 }
             })
             .collect()

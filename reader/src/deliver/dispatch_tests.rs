@@ -62,6 +62,11 @@ fn item(id: &str, body: &str, group: Option<&str>) -> Item {
     Item::new(r, None)
 }
 
+/// Held with no sink having taken it.
+fn held() -> Verdict {
+    Verdict::Hold { acknowledged: Vec::new() }
+}
+
 fn poison(id: &str) -> Item {
     Item::new(record(id), Some("payload is not valid JSON".into()))
 }
@@ -101,7 +106,7 @@ async fn without_a_dead_letter_sink_rejected_records_go_back_and_failed_ones_are
     let sink = Scripted::new("web");
     let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
     let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, false).await;
-    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Hold, Verdict::Release, Verdict::Release]);
+    assert_eq!(verdicts, vec![Verdict::Delete, held(), Verdict::Release, Verdict::Release]);
     assert_eq!(sink.seen(), vec!["a", "b", "c"], "poison never reaches a sink");
 }
 
@@ -110,7 +115,7 @@ async fn the_dead_letter_sink_settles_rejected_and_poison_records() {
     let (sink, dlq) = (Scripted::new("web"), Scripted::taking_all("dlq"));
     let items = [item("a", "ok", None), item("b", "fail", None), item("c", "reject", None), poison("p")];
     let verdicts = dispatcher(sink, Some(dlq.clone()), false).dispatch(&items, false).await;
-    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Hold, Verdict::Delete, Verdict::Delete]);
+    assert_eq!(verdicts, vec![Verdict::Delete, held(), Verdict::Delete, Verdict::Delete]);
     // Poison is settled on its own, so it may reach the dead-letter sink first.
     let mut seen = dlq.seen();
     seen.sort();
@@ -122,7 +127,7 @@ async fn a_dead_letter_sink_that_fails_leaves_the_record_held() {
     let (sink, dlq) = (Scripted::new("web"), Scripted::new("dlq"));
     // The dead-letter copy keeps the body, so the scripted dead-letter sink rejects it too.
     let verdicts = dispatcher(sink, Some(dlq), false).dispatch(&[item("c", "reject", None)], false).await;
-    assert_eq!(verdicts, vec![Verdict::Hold]);
+    assert_eq!(verdicts, vec![held()]);
 }
 
 /// A sink refusing a poison record that the dead-letter sink takes is not failing (a quiet queue
@@ -171,30 +176,31 @@ async fn fifo_holds_the_rest_of_a_group_with_a_failure_and_runs_groups_apart() {
         item("a3", "ok", Some("a")),
     ];
     let verdicts = dispatcher(sink.clone(), None, false).dispatch(&items, true).await;
-    assert_eq!(
-        verdicts,
-        vec![Verdict::Delete, Verdict::Delete, Verdict::Hold, Verdict::Delete, Verdict::Hold]
-    );
+    assert_eq!(verdicts, vec![Verdict::Delete, Verdict::Delete, held(), Verdict::Delete, held()]);
     let seen = sink.seen();
     assert!(!seen.contains(&"a3".to_string()), "a3 must not overtake the next delivery of a2: {seen:?}");
     let pos = |id: &str| seen.iter().position(|s| s == id).unwrap();
     assert!(pos("a1") < pos("a2") && pos("b1") < pos("b2"), "{seen:?}");
 }
 
-#[tokio::test]
-async fn routes_pick_the_sinks_and_every_target_must_deliver() {
-    let (all, orders) = (Scripted::new("all"), Scripted::new("orders"));
+/// `all` takes every record, `orders` those whose attribute `kind` is `order`.
+fn all_and_orders(all: &Arc<Scripted>, orders: &Arc<Scripted>) -> Sinks {
     let route = RouteSpec { attribute: "kind".into(), values: vec!["order".into()] };
-    let sinks = Sinks {
+    Sinks {
         sinks: vec![
             RoutedSink { sink: all.clone(), route: None },
             RoutedSink { sink: orders.clone(), route: Some(route) },
         ],
         dead_letter: None,
         circuits: Arc::default(),
-    };
+    }
+}
+
+#[tokio::test]
+async fn routes_pick_the_sinks_and_every_target_must_deliver() {
+    let (all, orders) = (Scripted::new("all"), Scripted::new("orders"));
     let metrics = Arc::new(Metrics::new());
-    let dispatcher = Dispatcher::new(sinks, false, metrics.clone());
+    let dispatcher = Dispatcher::new(all_and_orders(&all, &orders), false, metrics.clone());
     let mut order = record("o");
     order.message_attributes.insert("kind".into(), "order".into());
     let items = [Item::new(order, None), item("x", "ok", None)];
@@ -204,6 +210,25 @@ async fn routes_pick_the_sinks_and_every_target_must_deliver() {
     let text = metrics.encode();
     assert!(text.contains("sluice_reader_delivered_messages_total{sink=\"all\"} 2"), "{text}");
     assert!(text.contains("sluice_reader_delivered_messages_total{sink=\"orders\"} 1"), "{text}");
+}
+
+/// A record two sinks take, one of them failing: held with the sink that took it named, and the
+/// next delivery of it goes to the failing sink only.
+#[tokio::test]
+async fn a_held_record_goes_again_only_to_the_sinks_that_did_not_take_it() {
+    let (all, orders) = (Scripted::taking_all("all"), Scripted::new("orders"));
+    let dispatcher = Dispatcher::new(all_and_orders(&all, &orders), false, Arc::new(Metrics::new()));
+    let mut order = record("o");
+    order.body = bytes::Bytes::from_static(b"fail");
+    order.message_attributes.insert("kind".into(), "order".into());
+    let mut items = [Item::new(order, None)];
+    let verdict = dispatcher.dispatch(&items, false).await.remove(0);
+    assert_eq!(verdict, Verdict::Hold { acknowledged: vec![0] }, "`all` took it, `orders` failed");
+    items[0].acknowledged = vec![0];
+    assert_eq!(dispatcher.target_names(&items), vec!["orders"], "only its circuit decides the next round");
+    assert_eq!(dispatcher.dispatch(&items, false).await, vec![held()]);
+    assert_eq!(all.seen(), vec!["o"], "the sink that took it is not given it again");
+    assert_eq!(orders.seen(), vec!["o", "o"]);
 }
 
 /// A one-request-a-record sink whose `held` records wait until `release` is notified.

@@ -24,8 +24,9 @@ use crate::record::{Payload, Record};
 pub enum Judgement {
     Match,
     Mismatch,
-    /// The expression failed on this message (or gave something other than a bool): a mismatch,
-    /// counted and logged apart. The text is one line, without the message's content.
+    /// The expression failed on this message (or gave something other than a bool):
+    /// `spec.filter.onError` decides (`intake::filtering`), counted and logged apart. The text is
+    /// one line, without the message's content.
     Error(String),
 }
 
@@ -194,6 +195,7 @@ mod tests {
             on_mismatch: FilterFate::Delete,
             route_to: None,
             release_delay_seconds: None,
+            on_error: sluice_crds::FilterErrorFate::DeadLetter,
         };
         Filter::compile(&spec).expect("compiles")
     }

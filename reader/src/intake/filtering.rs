@@ -14,12 +14,17 @@
 //! - `route`: delivered on with the rest of the batch, marked for the named sink only
 //!   (`deliver::dispatch::Item::to`), with that sink's retries, hold and circuit.
 //!
-//! An evaluation error is a mismatch (the expression could not say yes), counted apart and
-//! logged as one rate-limited WARN line.
+//! An evaluation error (a missing key, a wrong type) is, by default (`onError: deadLetter`), the
+//! message's fault: it goes on as poison, with a reason naming the expression and the error, so
+//! the dispatcher gives it to the dead-letter sink, or, with none, releases it with the visibility
+//! delay that grows with its receive count, as a rejected record. Taking it as a mismatch would
+//! let a typo or a field some producer leaves out delete every message it fails on (`onMismatch:
+//! delete`); that stays available, named (`onError: mismatch`). Either way it is counted apart
+//! and logged as one rate-limited WARN line.
 
 use std::time::{Duration, Instant};
 
-use sluice_crds::{FilterFate, FilterSpec};
+use sluice_crds::{FilterErrorFate, FilterFate, FilterSpec};
 
 use super::context::Intake;
 use super::filter::{Filter, Judgement};
@@ -42,7 +47,15 @@ pub struct FilterStage {
     release_floor: Duration,
     /// `routeTo`, as an index into `spec.sinks`.
     route_to: Option<usize>,
+    /// `onError`: the fate of a message the expression fails on.
+    on_error: FilterErrorFate,
+    /// The expression as a dead-letter reason quotes it (cut to [`QUOTED_EXPRESSION`] characters).
+    quoted: String,
 }
+
+/// How much of the expression a dead-letter reason quotes: the reason travels as a message
+/// attribute or a header, next to the error.
+const QUOTED_EXPRESSION: usize = 200;
 
 impl FilterStage {
     /// Build `spec.filter` for sinks named `sink_names` (spec order); a bad expression or an
@@ -61,7 +74,11 @@ impl FilterStage {
             _ => None,
         };
         let release_floor = Duration::from_secs(spec.release_delay_seconds.unwrap_or(0).into());
-        Ok(Self { filter, fate: spec.on_mismatch, release_floor, route_to })
+        let quoted = match spec.expression.char_indices().nth(QUOTED_EXPRESSION) {
+            Some((end, _)) => format!("{}…", &spec.expression[..end]),
+            None => spec.expression.clone(),
+        };
+        Ok(Self { filter, fate: spec.on_mismatch, release_floor, route_to, on_error: spec.on_error, quoted })
     }
 
     /// The sink that takes only the mismatches (`routeTo`), if any.
@@ -69,8 +86,14 @@ impl FilterStage {
         self.route_to
     }
 
+    /// The dead-letter reason of a message the expression failed on with `error`.
+    fn error_reason(&self, error: &str) -> String {
+        format!("spec.filter.expression {:?} failed on the message: {error}", self.quoted)
+    }
+
     /// Judge `decoded`: matches go on; mismatches are deleted or released here, or go on marked
-    /// for the route sink (answered as `(ticket, sink)`).
+    /// for the route sink (answered as `(ticket, sink)`); a message the expression fails on goes on
+    /// as poison (`onError: deadLetter`) or meets the mismatches' fate.
     pub fn apply(
         &self,
         intake: &Intake,
@@ -92,7 +115,14 @@ impl FilterStage {
                 Judgement::Mismatch => {}
                 Judgement::Error(reason) => {
                     counts.errors += 1;
-                    warn_error(&intake.metrics, &intake.queue.url, &reason);
+                    warn_error(&intake.metrics, &intake.queue.url, &reason, self.on_error);
+                    if self.on_error == FilterErrorFate::DeadLetter {
+                        counts.failed += 1;
+                        // Already poison (not JSON under `payload: json`): that reason stands.
+                        let poison = poison.or_else(|| Some(self.error_reason(&reason)));
+                        kept.push((ticket, record, poison));
+                        continue;
+                    }
                 }
             }
             match (self.fate, self.route_to) {
@@ -130,15 +160,22 @@ pub fn mark_routes(tickets: &[Ticket], items: &mut [Item], routed: &[(Ticket, us
     }
 }
 
-/// One WARN line per queue per `warnings::WINDOW`, with the count and the latest reason.
-fn warn_error(metrics: &Metrics, queue_url: &str, reason: &str) {
+/// One WARN line per queue per `warnings::WINDOW`, with the count, what became of them and the
+/// latest reason.
+fn warn_error(metrics: &Metrics, queue_url: &str, reason: &str, fate: FilterErrorFate) {
     let queue = queue_name(queue_url);
     if let Some(errors) = metrics.health.warnings().due(queue, "filter_error") {
         let window = warnings::WINDOW.as_secs();
+        let fate = match fate {
+            FilterErrorFate::DeadLetter => {
+                "each sent to the dead-letter route (spec.filter.onError: deadLetter; with no deadLetterSink, released with a growing delay)"
+            }
+            FilterErrorFate::Mismatch => "each taken as a mismatch (spec.filter.onError: mismatch)",
+        };
         tracing::warn!(
             queue,
             errors,
-            "spec.filter.expression failed on {errors} messages of queue {queue} in up to {window} s, each taken as a mismatch: {reason}"
+            "spec.filter.expression failed on {errors} messages of queue {queue} in up to {window} s, {fate}: {reason}; guard optional fields with has()"
         );
     }
 }

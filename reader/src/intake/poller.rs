@@ -5,8 +5,9 @@
 //! polls again, while the bound on what the reader holds (`settle::held`, set by
 //! `intake::pacing`) keeps it from taking more than it can deliver soon. Room is claimed before a
 //! receive, so a long poll in progress always has room for what it brings. On a stop it
-//! lets a receive already on the wire land (briefly) and releases what it brought, so those
-//! messages are visible again at once rather than after their visibility timeout.
+//! lets a receive already on the wire land, however long its wait still runs, and releases what
+//! it brought, so those messages are visible again at once rather than after their visibility
+//! timeout (`Poller::land_after_stop` says why it does not hang up early).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,15 +37,6 @@ use crate::settle::ledger::Ticket;
 
 /// How often a poller looks again whether the gate lets it receive.
 const GATE_WAIT: Duration = Duration::from_millis(100);
-
-/// How long a receive already sent may still take to land once the reader is stopping, when the
-/// reader has nothing to hand back. Short, so an idle reader (its long poll waiting on an empty
-/// queue) stops at once; a message SQS hands to a receive abandoned after this comes back after
-/// its visibility timeout.
-const RECEIVE_GRACE: Duration = Duration::from_millis(300);
-/// How often a stopping poller whose receive is still out looks whether the reader still has
-/// messages to hand back.
-const HAND_BACK_CHECK: Duration = Duration::from_millis(50);
 
 /// Backoff after a failed receive.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
@@ -173,10 +165,7 @@ impl Poller {
         let (answer, stopping) = tokio::select! {
             biased;
             answer = &mut receive => (answer, false),
-            () = stop.stopped() => match self.land_after_stop(&mut receive).await {
-                Some(answer) => (answer, true),
-                None => return Turn::Stop,
-            },
+            () = stop.stopped() => (land_after_stop(&mut receive).await, true),
         };
         let messages = match answer {
             Ok(out) => {
@@ -236,23 +225,6 @@ impl Poller {
             }
         }
         true
-    }
-
-    /// Let a receive that was on the wire at the stop land. SQS keeps a long poll open after the
-    /// client hangs up and hands it whatever becomes visible, which then stays hidden for a
-    /// visibility timeout: the very messages the drain hands back once the pollers are done. So
-    /// while the reader has any to hand back, wait for the answer (the drain's deadline bounds
-    /// it); with none, only briefly. `None`: abandoned.
-    async fn land_after_stop<F: Future + Unpin>(&self, receive: &mut F) -> Option<F::Output> {
-        if let Ok(answer) = tokio::time::timeout(RECEIVE_GRACE, &mut *receive).await {
-            return Some(answer);
-        }
-        while self.intake.pipeline.to_hand_back() > 0 {
-            if let Ok(answer) = tokio::time::timeout(HAND_BACK_CHECK, &mut *receive).await {
-                return Some(answer);
-            }
-        }
-        None
     }
 
     /// Admit a received batch, wait for the rate limit, and hand it to a delivery task. `false`:
@@ -436,6 +408,19 @@ impl Poller {
         }
         (tickets, items)
     }
+}
+
+/// Let a receive that was on the wire at the stop land, however long its wait still runs (at
+/// most `receive.waitTimeSeconds`; past the drain's deadline the pollers are aborted).
+///
+/// Why not hang up early, even with nothing to hand back: SQS keeps a long poll open after the
+/// client hangs up and hands it whatever becomes visible until its wait ends, and what it hands
+/// out stays hidden for a whole visibility timeout. Above all that is what turns visible at the
+/// stop: what this reader and, in a scale-in, the readers draining beside it hand back at that
+/// very moment. Landed, whatever the receive brought is handed back at once (`hand_off`). So an
+/// idle reader stops when its long polls end, not at once.
+async fn land_after_stop<F: Future + Unpin>(receive: &mut F) -> F::Output {
+    receive.await
 }
 
 /// SentTimestamp, in milliseconds since the Unix epoch, when SQS returned it.

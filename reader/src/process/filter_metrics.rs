@@ -17,7 +17,8 @@ use super::metrics::{QueueLabel, queue_name};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     queue: String,
-    /// `matched`, or the fate of a mismatch: `deleted`, `released`, `routed`.
+    /// `matched`, the fate of a mismatch (`deleted`, `released`, `routed`), or `failed`: the
+    /// expression failed on it and it took the dead-letter route (`onError: deadLetter`).
     outcome: &'static str,
 }
 
@@ -28,6 +29,8 @@ pub struct FilterCounts {
     pub deleted: u64,
     pub released: u64,
     pub routed: u64,
+    /// Failed evaluations sent to the dead-letter route (`onError: deadLetter`).
+    pub failed: u64,
     /// Evaluations that failed (also counted in their fate).
     pub errors: u64,
     /// How long each evaluation took.
@@ -55,12 +58,12 @@ impl FilterMetrics {
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "filter_messages",
-            "Messages judged by spec.filter, per queue: matched, or the fate of a mismatch (deleted, released, routed)",
+            "Messages judged by spec.filter, per queue: matched, the fate of a mismatch (deleted, released, routed), or failed (the expression failed on it: the dead-letter route)",
             self.messages.clone(),
         );
         registry.register(
             "filter_errors",
-            "Messages on which spec.filter.expression failed (a missing key, a wrong type), each taken as a mismatch",
+            "Messages on which spec.filter.expression failed (a missing key, a wrong type): dead-lettered, or taken as a mismatch with onError: mismatch",
             self.errors.clone(),
         );
         registry.register(
@@ -78,6 +81,7 @@ impl FilterMetrics {
             ("deleted", counts.deleted),
             ("released", counts.released),
             ("routed", counts.routed),
+            ("failed", counts.failed),
         ];
         for (outcome, n) in outcomes {
             if n > 0 {
@@ -95,7 +99,7 @@ impl FilterMetrics {
     /// Series at zero for `queue_url`, so dashboards and rates see the filter from the start.
     pub fn declare(&self, queue_url: &str) {
         let queue = queue_name(queue_url);
-        for outcome in ["matched", "deleted", "released", "routed"] {
+        for outcome in ["matched", "deleted", "released", "routed", "failed"] {
             let _ = self.messages.get_or_create(&OutcomeLabel { queue: queue.to_owned(), outcome });
         }
         let _ = self.errors.get_or_create(&QueueLabel { queue: queue.to_owned() });

@@ -51,6 +51,24 @@ pub struct SinkReport {
     pub circuit: &'static str,
 }
 
+/// What a reader reports about its payload fetches from S3 (the `payloadFetches` entry beside
+/// the sinks in its `sinkHealth` report).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchReport {
+    /// Wall clock of S3's last answer (the object, or a permanent refusal).
+    pub last_success_ms: Option<i64>,
+    /// Fetches given up for S3's fault since its last answer (0: healthy).
+    pub failures_since: u64,
+    /// The latest failure, one line; absent once S3 answers.
+    pub last_error: Option<String>,
+    /// Messages are held for S3: a fetch failed for S3's fault (after its own quick attempts)
+    /// and S3 has not answered since, so the message waits in the reader and its poller does
+    /// not receive, as an open circuit does for a sink. Within seconds of the outage, not after
+    /// `--unready-after-seconds` (that turns `/readyz` false).
+    pub stalled: bool,
+}
+
 #[derive(Default)]
 pub struct Health {
     sinks: BTreeMap<String, SinkHealth>,
@@ -173,6 +191,19 @@ impl ReaderHealth {
         lock(&self.receives).stalled(Instant::now(), self.unready_after())
     }
 
+    /// The payload fetches' entry of the report; `None` until a fetch was answered or failed
+    /// (a source that fetches no payloads reports none).
+    pub fn fetch_report(&self) -> Option<FetchReport> {
+        let fetches = lock(&self.fetches);
+        let s3 = fetches.sinks.get(S3)?;
+        Some(FetchReport {
+            last_success_ms: s3.last_success_ms,
+            failures_since: s3.failures_since_success,
+            last_error: s3.last_error.clone(),
+            stalled: s3.failures_since_success > 0,
+        })
+    }
+
     /// Some target the source names was missing or forbidden at the last check.
     pub fn targets_missing(&self) -> bool {
         self.targets_missing.load(Ordering::Relaxed)
@@ -223,6 +254,22 @@ mod tests {
         assert!(health.stalled(t0 + Duration::from_secs(60), after), "counted from the first failure");
         health.delivered("web", 1);
         assert!(!health.stalled(t0 + Duration::from_secs(120), after), "a success clears it");
+    }
+
+    #[test]
+    fn fetches_report_stalled_from_the_first_failure_until_s3_answers() {
+        let health = ReaderHealth::default();
+        assert_eq!(health.fetch_report(), None, "no fetch, no entry");
+        health.fetch_answered();
+        let answered = health.fetch_report().expect("an entry");
+        assert!(!answered.stalled && answered.failures_since == 0 && answered.last_success_ms.is_some());
+        health.fetch_failed("GetObject s3://b/k: connection refused");
+        let failing = health.fetch_report().expect("an entry");
+        assert!(failing.stalled, "a held fetch is stalled at once: {failing:?}");
+        assert!(!health.fetches_stalled(), "readiness waits for --unready-after-seconds");
+        assert_eq!(failing.last_error.as_deref(), Some("GetObject s3://b/k: connection refused"));
+        health.fetch_answered();
+        assert!(!health.fetch_report().expect("an entry").stalled, "S3 answered");
     }
 
     #[test]

@@ -4,10 +4,17 @@
 //! Only deliveries under way are waited for: the sinks see the same stop (`SinkContext::stopping`)
 //! and answer records that have not started yet as failed at once, and the pipeline settles each
 //! record as it is answered, so those are released within moments of the signal rather than at
-//! the deadline. A reader with nothing in work stops as soon as its pollers do.
+//! the deadline. A reader with nothing in work stops as soon as its pollers do: when the long
+//! polls they had out at the signal land (`intake::poller`: a receive hung up on would hide what
+//! SQS still hands it for a visibility timeout).
+//!
+//! Last, it waits (briefly) for the reader's last report to the operator, which the reporter
+//! writes as soon as the stop comes: a reader that drains in milliseconds would otherwise exit
+//! before it says it is draining, and the autoscaler would count it until its report went stale.
 
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Options;
@@ -19,9 +26,12 @@ use crate::process::stop::Stop;
 const FLUSH_RESERVE: Duration = Duration::from_secs(2);
 /// How often the drain looks whether the tagged epochs are finished.
 const EPOCH_DRAIN_POLL: Duration = Duration::from_millis(50);
+/// How long the end of the drain waits for the last report (a read and a write of the lease
+/// ConfigMap) once everything else is done.
+const LAST_REPORT_WAIT: Duration = Duration::from_secs(5);
 
 pub async fn drain(running: Running, options: &Options, stop: &Stop) {
-    let Running { pipeline, mut pollers, heartbeat, epochs, coordination_stop, metrics } = running;
+    let Running { pipeline, mut pollers, heartbeat, epochs, coordination_stop, reporter, metrics } = running;
     let deadline = Instant::now() + options.shutdown_deadline;
     if let Some((driver, _)) = &epochs {
         driver.drain();
@@ -55,6 +65,21 @@ pub async fn drain(running: Running, options: &Options, stop: &Stop) {
         let _ = worker.await;
     }
     tracing::info!(released, deleted = metrics.deleted.get(), left = pipeline.in_flight(), "drained");
+    if let Some(reporter) = reporter {
+        last_report(reporter).await;
+    }
+}
+
+/// Wait up to [`LAST_REPORT_WAIT`] for the reporter to write the last report (it warns itself
+/// when the write fails).
+async fn last_report(reporter: JoinHandle<()>) {
+    if tokio::time::timeout(LAST_REPORT_WAIT, reporter).await.is_err() {
+        tracing::warn!(
+            wait_ms = LAST_REPORT_WAIT.as_millis() as u64,
+            "the last report (draining) was not written within {} s of the drain's end: the operator's autoscaler counts this reader until its report goes stale (up to 65 s)",
+            LAST_REPORT_WAIT.as_secs()
+        );
+    }
 }
 
 /// Let the tagged epochs close, commit and delete rather than hand their messages back for

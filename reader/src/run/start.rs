@@ -53,6 +53,9 @@ pub struct Running {
     pub epochs: Option<(Arc<Driver>, JoinHandle<()>)>,
     /// Ends the protocol's tasks (driver, backend, worker) after the drain.
     pub coordination_stop: CancellationToken,
+    /// The at-least-once reader's report writer in a cluster: it writes the last report (the
+    /// reader draining) at the stop, and the drain waits for it.
+    pub reporter: Option<JoinHandle<()>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -114,7 +117,7 @@ pub async fn start(
     ));
     let limiter = Arc::new(Limiter::new(settings.rate));
     follow_rate_share(settings, options, &limiter, &metrics, stop).await;
-    super::report::sink_health(settings, options, &report, stop).await;
+    let reporter = super::report::sink_health(settings, options, &report, stop).await;
 
     let heartbeat_stop = CancellationToken::new();
     let heartbeat = Heartbeat { queues: queues.clone(), ledger, metrics: metrics.clone(), gate, window };
@@ -132,6 +135,7 @@ pub async fn start(
         heartbeat: (heartbeat_stop, heartbeat_task),
         epochs,
         coordination_stop,
+        reporter,
         metrics,
     }))
 }

@@ -1,9 +1,10 @@
 //! The reader's one report, assembled here and written one way: what it holds, how fast it
 //! drains, how old the oldest message it received was, how long its messages waited, its AWS
 //! requests per message (the lease ConfigMap key `held`, `sluice_crds::HeldReport`), and each
-//! sink's health with its circuit (key `sinkHealth`). The operator shows the first in
-//! `status.readers` and its autoscaler sizes the fleet with the drain rate and the ages, under
-//! either guarantee; the second drives the source's `SinksHealthy` condition. Standalone, the same
+//! sink's health with its circuit and the payload fetches' health (key `sinkHealth`). The
+//! operator shows the first in `status.readers` and its autoscaler sizes the fleet with the drain
+//! rate and the ages, under either guarantee; the second drives the source's `SinksHealthy`
+//! condition. Standalone, the same
 //! sink health turns `/readyz` false (`run::start`).
 //!
 //! Why one value built at start and handed to the writers: the report is written by whichever
@@ -20,7 +21,7 @@ use std::time::Duration;
 use sluice_crds::{HELD_REPORT_KEY, HeldReport, ReaderHeld};
 
 use super::held::{Figures, Held};
-use crate::process::health::{ReaderHealth, SinkReport};
+use crate::process::health::{FetchReport, ReaderHealth, SinkReport};
 use crate::process::metrics::Metrics;
 use crate::process::report::{Rates, Window};
 use crate::sink::breaker::State;
@@ -106,6 +107,13 @@ impl ReaderReport {
             }
         }
         report
+    }
+
+    /// The payload fetches' health (`None` for a source that fetched nothing): stalled while
+    /// messages are held for S3, so an S3 outage of the payload stage shows in the operator's
+    /// `SinksHealthy` within seconds, as a sink's open circuit does.
+    pub fn fetches(&self) -> Option<FetchReport> {
+        self.metrics.health.fetch_report()
     }
 
     /// Some sink has had no success for `--unready-after-seconds` while deliveries to it fail,

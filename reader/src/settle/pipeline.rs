@@ -35,8 +35,9 @@ pub const HOLD_LIMIT: Duration = Duration::from_secs(11 * 3600 + 30 * 60);
 
 /// How one delivery round of a batch ended.
 enum Round {
-    /// Done; these indexes are held for a sink's fault.
-    Held(Vec<usize>),
+    /// Done; these indexes are held for a sink's fault, each with the sinks that took it in
+    /// this round.
+    Held(Vec<(usize, Vec<usize>)>),
     /// The drain's deadline passed: dropped.
     Aborted,
 }
@@ -92,11 +93,6 @@ impl Pipeline {
         self.lock_ledger().len()
     }
 
-    /// Messages a stopping reader still has to hand back.
-    pub fn to_hand_back(&self) -> usize {
-        self.lock_ledger().to_hand_back()
-    }
-
     /// The S3 objects deleted with their messages (Extended Client pointers), if any.
     pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
         self.acker.objects()
@@ -132,12 +128,14 @@ impl Pipeline {
     ///
     /// A message whose delivery failed for a sink's fault (`Verdict::Hold`) is not settled: it
     /// stays in the ledger (the heartbeat keeps it invisible) and in `claim` (so it counts against
-    /// what the reader holds), and is delivered again in rounds, as the sinks' circuits let it
+    /// what the reader holds), and is delivered again in rounds, only to the sinks that have not
+    /// taken it yet (`Item::acknowledged`: a routed message's healthy sinks get it once however
+    /// long another's outage lasts), as those sinks' circuits let it
     /// (`sink::circuit::Circuits::wait_turn`: after a backoff of 1 s doubling to 30 s, jittered; while a
     /// circuit is open, only as its probe; at once when it closes), without limit while the
     /// reader runs. It goes back to the queue only on a stop, or when [`HOLD_LIMIT`] since the
     /// receive nears SQS's 12 h visibility cap.
-    pub fn deliver(self: &Arc<Self>, tickets: Vec<Ticket>, items: Vec<Item>, fifo: bool, claim: Claim) {
+    pub fn deliver(self: &Arc<Self>, tickets: Vec<Ticket>, mut items: Vec<Item>, fifo: bool, claim: Claim) {
         let pipeline = self.clone();
         self.deliveries.spawn(async move {
             let received = Instant::now();
@@ -159,7 +157,13 @@ impl Pipeline {
                     circuits.probe_done(sinks);
                 }
                 pending = match round {
-                    Round::Held(held) => held,
+                    Round::Held(held) => held
+                        .into_iter()
+                        .map(|(i, took)| {
+                            items[i].acknowledged.extend(took);
+                            i
+                        })
+                        .collect(),
                     Round::Aborted => return,
                 };
                 delay = delays.next().unwrap_or(LONGEST_HOLD_RETRY);
@@ -197,8 +201,8 @@ impl Pipeline {
                 for (k, verdict) in part {
                     open[k] = false;
                     let i = pending[k];
-                    if verdict == Verdict::Hold {
-                        held.push(i);
+                    if let Verdict::Hold { acknowledged } = verdict {
+                        held.push((i, acknowledged));
                         continue;
                     }
                     self.settle(&tickets[i..=i], std::slice::from_ref(&verdict), &items[i..=i]);
@@ -220,7 +224,7 @@ impl Pipeline {
             let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
             self.release(&tickets, &items);
         }
-        held.sort_unstable();
+        held.sort_unstable_by_key(|(i, _)| *i);
         Round::Held(held)
     }
 
@@ -261,7 +265,7 @@ impl Pipeline {
                 let receipt = match verdict {
                     Verdict::Delete => ledger.acked(*ticket),
                     // A held message reaches here only by mistake: it goes back at once.
-                    Verdict::Release | Verdict::Hold => ledger.release(*ticket),
+                    Verdict::Release | Verdict::Hold { .. } => ledger.release(*ticket),
                     // Left in work: the drain hands it back (`release_all`) once the pollers have
                     // stopped. Released now, it would be visible again while long polls of this
                     // very reader are still out, and one abandoned at the stop would hide it for a

@@ -20,6 +20,12 @@ impl Reader {
 
     /// As [`Reader::start`], with `RUST_LOG` set to `filter`.
     pub fn start_logging(yaml: &str, extra: &[&str], filter: &str) -> Self {
+        Self::start_with_env(yaml, extra, filter, &[])
+    }
+
+    /// As [`Reader::start_logging`], with these environment variables too (a cluster reader's
+    /// `KUBECONFIG` and `POD_NAME`).
+    pub fn start_with_env(yaml: &str, extra: &[&str], filter: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("source.yaml");
         std::fs::write(&source, yaml).unwrap();
@@ -34,6 +40,7 @@ impl Reader {
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
             .env("RUST_LOG", filter)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()

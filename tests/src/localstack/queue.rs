@@ -210,6 +210,29 @@ impl TestQueue {
         Ok(seqs)
     }
 
+    /// Sends `(kind, body)` messages, in batches of 10, each with a String attribute `kind` (what
+    /// attribute routes and filters select on).
+    pub async fn send_kinds(&self, messages: &[(&str, String)]) -> Result<()> {
+        for chunk in messages.chunks(BATCH) {
+            let mut request = self.client.send_message_batch().queue_url(&self.url);
+            for (i, (kind, body)) in chunk.iter().enumerate() {
+                let kind =
+                    MessageAttributeValue::builder().data_type("String").string_value(*kind).build()?;
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .message_attributes("kind", kind)
+                    .build()?;
+                request = request.entries(entry);
+            }
+            let sent = request.send().await.with_context(|| format!("SendMessageBatch to {}", self.url))?;
+            if !sent.failed().is_empty() {
+                bail!("SendMessageBatch: {} of {} entries failed", sent.failed().len(), chunk.len());
+            }
+        }
+        Ok(())
+    }
+
     /// Receives once (up to 10, long poll of `wait` rounded down to whole seconds), without deleting.
     pub async fn receive(&self, wait: Duration) -> Result<Vec<Message>> {
         let output = self

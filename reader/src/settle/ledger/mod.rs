@@ -226,11 +226,6 @@ impl Ledger {
         self.entries.is_empty()
     }
 
-    /// Messages the drain would hand back now: in work, or held for an epoch.
-    pub fn to_hand_back(&self) -> usize {
-        self.entries.values().filter(|e| e.state.is_unsettled()).count()
-    }
-
     /// Messages not yet settled by the sinks.
     pub fn in_work(&self) -> usize {
         self.entries.values().filter(|e| e.state == State::InWork).count()
