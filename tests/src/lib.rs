@@ -1,14 +1,13 @@
 #![forbid(unsafe_code)]
 //! What the suites and benchmarks share: LocalStack queues and buckets ([`localstack`]), a CloudEvents
 //! sink ([`sinkserver`]), SqsSource manifests ([`source`]) and an endpoint that is down, then back
-//! ([`refused_port`]). The local control plane, the process runner and the system as processes live
+//! ([`outage`]). The local control plane, the process runner and the system as processes live
 //! in the `sluice-localcp` crate; they are re-exported under their old paths so that a suite names
 //! everything through `sluice_tests`.
 pub mod latency_proxy;
 pub mod localstack;
 pub mod outage;
 pub mod reaction;
-pub mod refused_port;
 pub mod s3_objects;
 pub mod scrape;
 pub mod sinkserver;

@@ -43,6 +43,16 @@ impl Outage {
         Ok(Self { addr, upstream, state: State::Up(stop) })
     }
 
+    /// A path to `upstream` on a fresh loopback port, cut from the start (an endpoint that is down
+    /// when the client first tries it): [`Self::restore`] brings it up.
+    pub fn down(upstream: &str) -> Result<Self> {
+        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let held = TcpSocket::new_v4()?;
+        held.set_reuseaddr(true)?;
+        held.bind("127.0.0.1:0".parse()?)?;
+        Ok(Self { addr: held.local_addr()?, upstream, state: State::Cut { _held: held } })
+    }
+
     /// The endpoint to give a client: `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)

@@ -20,8 +20,8 @@ use anyhow::{Context as _, Result, ensure};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use bytes::Bytes;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
+use sluice_tests::outage::Outage;
 use sluice_tests::poll::{Check, until};
-use sluice_tests::refused_port::RefusedPort;
 use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::standalone::Reader;
@@ -118,10 +118,10 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
     let expected = send_pointers(&s3, &queue, &bucket).await?;
 
     // The payload endpoint refuses connections until S3 comes back on the same port.
-    let mut s3_port = RefusedPort::new()?;
+    let mut s3_port = Outage::down(&endpoint)?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let yaml = source_yaml(&queue, &endpoint, &s3_port.url(), &sink.url());
+    let yaml = source_yaml(&queue, &endpoint, &s3_port.endpoint(), &sink.url());
     let reader = Reader::start(dir.path(), &yaml)?;
     let started = Instant::now();
 
@@ -147,7 +147,7 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
     ensure!(delivered_during == 0, "{delivered_during} messages delivered while S3 refused connections");
 
     // S3 comes back on the same port.
-    s3_port.forward_to(endpoint.trim_start_matches("http://").trim_end_matches('/')).await?;
+    s3_port.restore().await?;
     let stats =
         sink.wait_for_distinct(MESSAGES as u64, DELIVERED_WITHIN).await.with_context(|| reader.log())?;
     until(Duration::from_secs(60), Duration::from_millis(300), || async {

@@ -31,7 +31,7 @@ use kube::Api;
 use kube::api::ListParams;
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
-use sluice_tests::refused_port::RefusedPort;
+use sluice_tests::outage::Outage;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::system::System;
 
@@ -102,7 +102,7 @@ struct Case {
     dead_letter: (String, String),
     sink: SinkServer,
     /// The payload outage's S3 endpoint, refusing until the fault is removed.
-    s3_port: std::sync::Mutex<Option<RefusedPort>>,
+    s3_port: tokio::sync::Mutex<Outage>,
     s3_url: String,
 }
 
@@ -142,9 +142,9 @@ impl Case {
             Fault::MissingBucket | Fault::PayloadOutage => {}
         }
         let bucket = format!("e2e-health-{}", fastrand::u64(..));
-        let s3_port = RefusedPort::new()?;
-        let s3_url = s3_port.url();
-        let s3_port = std::sync::Mutex::new(Some(s3_port));
+        let s3_port = Outage::down(endpoint)?;
+        let s3_url = s3_port.endpoint();
+        let s3_port = tokio::sync::Mutex::new(s3_port);
         Ok(Self { fault, endpoint: endpoint.to_owned(), queue, bucket, dead_letter, sink, s3_port, s3_url })
     }
 
@@ -233,11 +233,7 @@ spec:
             }
             Fault::RejectingSink | Fault::SinkOutage => self.sink.accept_all(),
             Fault::PayloadOutage => {
-                let port = self.s3_port.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(mut port) = port {
-                    port.forward_to(self.endpoint.trim_start_matches("http://").trim_end_matches('/'))
-                        .await?;
-                }
+                self.s3_port.lock().await.restore().await?;
             }
         }
         Ok(())
