@@ -25,9 +25,9 @@ use super::context::Intake;
 use super::filter::{Filter, Judgement};
 use crate::deliver::dispatch::{Item, Verdict};
 use crate::process::error::{Error, Result};
+use crate::process::events::{About, warn};
 use crate::process::filter_metrics::FilterCounts;
 use crate::process::metrics::{Metrics, queue_name};
-use crate::process::warnings;
 use crate::record::Record;
 use crate::settle::ledger::Ticket;
 
@@ -133,12 +133,9 @@ pub fn mark_routes(tickets: &[Ticket], items: &mut [Item], routed: &[(Ticket, us
 /// One WARN line per queue per `warnings::WINDOW`, with the count and the latest reason.
 fn warn_error(metrics: &Metrics, queue_url: &str, reason: &str) {
     let queue = queue_name(queue_url);
-    if let Some(errors) = metrics.health.warnings().due(queue, "filter_error") {
-        let window = warnings::WINDOW.as_secs();
-        tracing::warn!(
-            queue,
-            errors,
+    warn(metrics, About::Queue(queue), "filter_error", |errors, window| {
+        format!(
             "spec.filter.expression failed on {errors} messages of queue {queue} in up to {window} s, each taken as a mismatch: {reason}"
-        );
-    }
+        )
+    });
 }

@@ -20,10 +20,10 @@ use tokio::time::Instant;
 
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
-use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::backoff;
 use crate::process::events::Event;
 use crate::process::metrics::Metrics;
+use crate::process::settled::Settled;
 use crate::settle::events::{AckFailed, AckGivenUp};
 use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
@@ -69,7 +69,6 @@ enum Command {
 #[derive(Clone)]
 pub struct Acker {
     tx: mpsc::UnboundedSender<Command>,
-    objects: Option<Arc<ObjectCleanup>>,
 }
 
 struct Shared {
@@ -77,7 +76,7 @@ struct Shared {
     ledger: Arc<Mutex<Ledger>>,
     metrics: Arc<Metrics>,
     /// Told which deletes SQS confirmed, so their Extended Client objects go too.
-    objects: Option<Arc<ObjectCleanup>>,
+    objects: Option<Arc<dyn Settled>>,
     /// How long a part-full batch waits for its next receipt: [`LINGER`], or the batching window.
     linger: Duration,
     /// How long a part-full batch waits at most: [`LINGER_CAP`], or the batching window.
@@ -89,7 +88,7 @@ impl Acker {
         queues: Vec<Arc<Queue>>,
         ledger: Arc<Mutex<Ledger>>,
         metrics: Arc<Metrics>,
-        objects: Option<Arc<ObjectCleanup>>,
+        objects: Option<Arc<dyn Settled>>,
     ) -> Self {
         Self::spawn_lingering(queues, ledger, metrics, objects, LINGER)
     }
@@ -99,19 +98,14 @@ impl Acker {
         queues: Vec<Arc<Queue>>,
         ledger: Arc<Mutex<Ledger>>,
         metrics: Arc<Metrics>,
-        objects: Option<Arc<ObjectCleanup>>,
+        objects: Option<Arc<dyn Settled>>,
         window: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let (linger, cap) = if window.is_zero() { (LINGER, LINGER_CAP) } else { (window, window) };
-        let shared = Shared { queues, ledger, metrics, objects: objects.clone(), linger, cap };
+        let shared = Shared { queues, ledger, metrics, objects, linger, cap };
         tokio::spawn(run(rx, Arc::new(shared)));
-        Self { tx, objects }
-    }
-
-    /// Where delivered messages' Extended Client objects are remembered (absent: kept).
-    pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
-        self.objects.as_ref()
+        Self { tx }
     }
 
     pub fn delete(&self, ticket: Ticket, receipt: Receipt) {
@@ -371,7 +365,7 @@ fn forget(shared: &Shared, tickets: &[Ticket]) {
         return;
     }
     if let Some(objects) = &shared.objects {
-        objects.forget(tickets);
+        objects.returned(tickets);
     }
     let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
     for t in tickets {
