@@ -9,7 +9,8 @@
 //! ([`CountedCredentials`]).
 //!
 //! Why a function and no metric here: the reader labels by queue, the operator also by the source
-//! whose work sent the request; each binary keeps its family and its label step ([`Count`]).
+//! whose work sent the request; each binary keeps its family and its label step ([`Counter`]: a
+//! plain function ([`Count`]), or a value such as the reader's own per-reader count in an `Arc`).
 
 use aws_credential_types::provider::{ProvideCredentials, future};
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -35,14 +36,31 @@ pub struct Request<'a> {
 /// A binary's label step: count one request.
 pub type Count = fn(&Request<'_>);
 
-/// The interceptor to add to every SQS and S3 client a binary builds.
-#[derive(Clone, Copy, Debug)]
-pub struct CountRequests {
-    count: Count,
+/// What counts the requests: a function, or a value that keeps the count (shared in an `Arc`).
+pub trait Counter: std::fmt::Debug + Send + Sync + 'static {
+    fn count(&self, request: &Request<'_>);
 }
 
-impl CountRequests {
-    pub const fn new(count: Count) -> Self {
+impl Counter for Count {
+    fn count(&self, request: &Request<'_>) {
+        self(request);
+    }
+}
+
+impl<C: Counter> Counter for std::sync::Arc<C> {
+    fn count(&self, request: &Request<'_>) {
+        C::count(self, request);
+    }
+}
+
+/// The interceptor to add to every SQS and S3 client a binary builds.
+#[derive(Clone, Copy, Debug)]
+pub struct CountRequests<C = Count> {
+    count: C,
+}
+
+impl<C> CountRequests<C> {
+    pub const fn new(count: C) -> Self {
         Self { count }
     }
 }
@@ -55,7 +73,7 @@ impl Storable for QueueOfCall {
     type Storer = StoreReplace<Self>;
 }
 
-impl Intercept for CountRequests {
+impl<C: Counter> Intercept for CountRequests<C> {
     fn name(&self) -> &'static str {
         "CountRequests"
     }
@@ -81,7 +99,7 @@ impl Intercept for CountRequests {
         let (service, api) =
             cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
         let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
-        (self.count)(&Request { service, api, queue });
+        self.count.count(&Request { service, api, queue });
         Ok(())
     }
 }
@@ -118,23 +136,23 @@ pub fn queue_name(queue_url: &str) -> &str {
 /// cache (the clients' identity cache asks again only when the credentials expire), so each call
 /// it answers is one request to STS.
 #[derive(Debug)]
-pub struct CountedCredentials<P> {
+pub struct CountedCredentials<P, C = Count> {
     provider: P,
-    count: Count,
+    count: C,
 }
 
-impl<P> CountedCredentials<P> {
-    pub fn new(provider: P, count: Count) -> Self {
+impl<P, C> CountedCredentials<P, C> {
+    pub fn new(provider: P, count: C) -> Self {
         Self { provider, count }
     }
 }
 
-impl<P: ProvideCredentials> ProvideCredentials for CountedCredentials<P> {
+impl<P: ProvideCredentials, C: Counter> ProvideCredentials for CountedCredentials<P, C> {
     fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
     where
         Self: 'a,
     {
-        (self.count)(&Request { service: "sts", api: "AssumeRole", queue: "" });
+        self.count.count(&Request { service: "sts", api: "AssumeRole", queue: "" });
         self.provider.provide_credentials()
     }
 }

@@ -8,8 +8,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::payload::StreamedObject;
-
 /// The decoded payload. `Json` keeps the parsed value so JSON sinks need not parse twice.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Payload {
@@ -56,7 +54,41 @@ pub struct Record {
     /// An object above `spec.payload.streamAboveBytes`, read by each sink as it delivers the
     /// record. What is delivered is then the object, not `body`, which stays the message as
     /// received (the notification, what a dead-letter sink is sent).
-    pub object: Option<Arc<StreamedObject>>,
+    pub object: Option<Arc<ObjectRef>>,
+}
+
+/// A streamed record's object as intake checked it: where it is, which version, how large.
+///
+/// Why a plain reference here and the reading in `payload`: every stage carries records, so the
+/// record sits below them all and names none; a sink that streams opens this reference through
+/// the payload stage's reader (`payload::StreamSource::open`, handed to it at build), which
+/// holds the S3 client and the fetch bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    pub size: u64,
+    pub etag: Option<String>,
+    /// `spec.payload.streamAboveBytes`, which the object is above (for the refusal's text).
+    pub stream_above_bytes: u64,
+}
+
+impl ObjectRef {
+    /// `s3://bucket/key`, for messages.
+    pub fn at(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.key)
+    }
+
+    /// The one-line reason `sink`, of a kind that needs whole bodies, gives for this object.
+    pub fn refusal(&self, sink: &str) -> String {
+        format!(
+            "{} is {} bytes, above spec.payload.streamAboveBytes ({}), and sink {sink} cannot stream it (only http and s3 sinks do): route such objects to an http or s3 sink, or raise streamAboveBytes",
+            self.at(),
+            self.size,
+            self.stream_above_bytes
+        )
+    }
 }
 
 impl Record {
@@ -68,6 +100,28 @@ impl Record {
     /// Bytes the record delivers: its body, or its streamed object's size (what the rate limit's
     /// bytes/s and the delivered-bytes metrics count).
     pub fn content_bytes(&self) -> u64 {
-        self.object.as_ref().map_or(self.body.len() as u64, |o| o.size())
+        self.object.as_ref().map_or(self.body.len() as u64, |o| o.size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_names_the_object_the_limit_and_the_sink() {
+        let object = ObjectRef {
+            bucket: "inbox".into(),
+            key: "big file.bin".into(),
+            version_id: None,
+            size: 52_428_800,
+            etag: Some("\"e\"".into()),
+            stream_above_bytes: 8_388_608,
+        };
+        let reason = object.refusal("forward");
+        assert!(reason.starts_with("s3://inbox/big file.bin is 52428800 bytes"), "{reason}");
+        assert!(reason.contains("spec.payload.streamAboveBytes (8388608)"), "{reason}");
+        assert!(reason.contains("sink forward cannot stream it"), "{reason}");
+        assert!(!reason.contains('\n'));
     }
 }

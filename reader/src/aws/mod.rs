@@ -7,21 +7,29 @@
 //! the others.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::SharedCredentialsProvider;
 
 use crate::config::settings::CredentialSettings;
+use requests::Requests;
 
 pub mod queue;
 pub mod receive_tally;
 pub mod redrive;
 pub mod requests;
+pub mod visibility;
 
 /// The default chain (environment, profile, web identity, Pod Identity, IMDS), optionally
 /// assuming a role on top of it, in a session named by the spec or else `reader_id`.
-pub async fn load_sdk_config(credentials: &CredentialSettings, reader_id: &str) -> SdkConfig {
+/// An assumed role's AssumeRole calls count in `requests`.
+pub async fn load_sdk_config(
+    credentials: &CredentialSettings,
+    reader_id: &str,
+    requests: &Arc<Requests>,
+) -> SdkConfig {
     let base = aws_config::defaults(BehaviorVersion::latest()).load().await;
     match credentials {
         CredentialSettings::DefaultChain => base,
@@ -33,30 +41,37 @@ pub async fn load_sdk_config(credentials: &CredentialSettings, reader_id: &str) 
                 builder = builder.external_id(id);
             }
             let provider = builder.configure(&base).build().await;
-            let provider = SharedCredentialsProvider::new(requests::counted_credentials(provider));
+            let provider = SharedCredentialsProvider::new(requests.credentials(provider));
             base.into_builder().credentials_provider(provider).build()
         }
     }
 }
 
-/// Builds and shares SQS clients keyed by endpoint and region.
+/// Builds and shares SQS clients keyed by endpoint and region, each counting its requests in the
+/// reader's `requests`.
 pub struct SqsClients {
     base: SdkConfig,
+    requests: Arc<Requests>,
     clients: HashMap<(Option<String>, Option<String>), aws_sdk_sqs::Client>,
 }
 
 impl SqsClients {
-    pub fn new(base: SdkConfig) -> Self {
-        Self { base, clients: HashMap::new() }
+    pub fn new(base: SdkConfig, requests: Arc<Requests>) -> Self {
+        Self { base, requests, clients: HashMap::new() }
     }
 
     pub fn base(&self) -> &SdkConfig {
         &self.base
     }
 
+    /// Where the reader's requests are counted (for the other clients it builds).
+    pub fn requests(&self) -> &Arc<Requests> {
+        &self.requests
+    }
+
     pub fn client(&mut self, endpoint: Option<&str>, region: Option<&str>) -> aws_sdk_sqs::Client {
         let key = (endpoint.map(str::to_owned), region.map(str::to_owned));
-        let base = &self.base;
+        let (base, requests) = (&self.base, &self.requests);
         self.clients
             .entry(key)
             .or_insert_with(|| {
@@ -71,7 +86,7 @@ impl SqsClients {
                 if let Some(region) = region {
                     config = config.region(Region::new(region.to_owned()));
                 }
-                aws_sdk_sqs::Client::from_conf(config.interceptor(requests::COUNT_REQUESTS).build())
+                aws_sdk_sqs::Client::from_conf(config.interceptor(requests.interceptor()).build())
             })
             .clone()
     }

@@ -2,14 +2,16 @@
 //! (`sluice_reader_aws_requests_total`), and requests per delivered message over a window.
 //!
 //! The interceptor on every client the reader builds (pollers, acker, heartbeat, sinks, payload
-//! fetches) and the assumed role's credentials call [`count`] once per attempt
-//! (`sluice_aws::requests`); this module is the reader's label step.
+//! fetches) and the assumed role's credentials count once per attempt (`sluice_aws::requests`)
+//! into this reader's [`Requests`]; this module is the reader's label step.
 //!
-//! Why a process-wide family: clients are built in many places that do not hold the metrics; the
-//! registry registers this same family (`process::metrics`).
+//! Why a value per reader and no process-wide family: two readers in one process (the tests, the
+//! benches) must not count each other's requests. The interceptor holds the reader's `Requests` in
+//! an `Arc`, the reader's `Metrics` registers its family, and whatever builds a client is handed
+//! it (`SqsClients`, `SinkContext::requests`, `payload::build`).
 
 use std::collections::VecDeque;
-use std::sync::LazyLock;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -26,32 +28,51 @@ pub struct RequestLabel {
     pub queue: String,
 }
 
-/// The requests sent, by label; registered as `sluice_reader_aws_requests_total`.
-pub static REQUESTS: LazyLock<Family<RequestLabel, Counter>> = LazyLock::new(Family::default);
-/// The same requests, summed (what [`PerMessage`] reads).
-static TOTAL: AtomicU64 = AtomicU64::new(0);
-
-/// Every request sent so far, all services together.
-pub fn requests_total() -> u64 {
-    TOTAL.load(Ordering::Relaxed)
+/// One reader's requests: by label (registered as `sluice_reader_aws_requests_total`) and summed
+/// (what [`PerMessage`] reads).
+#[derive(Debug, Default)]
+pub struct Requests {
+    by_label: Family<RequestLabel, Counter>,
+    total: AtomicU64,
 }
 
-fn count(request: &Request<'_>) {
-    TOTAL.fetch_add(1, Ordering::Relaxed);
-    let label = RequestLabel {
-        service: request.service.to_ascii_lowercase(),
-        api: request.api.to_owned(),
-        queue: request.queue.to_owned(),
-    };
-    REQUESTS.get_or_create(&label).inc();
+impl Requests {
+    /// The family the reader's registry registers (the same counters).
+    pub fn family(&self) -> Family<RequestLabel, Counter> {
+        self.by_label.clone()
+    }
+
+    /// Every request sent so far, all services together.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The count of one label so far.
+    pub fn counted(&self, label: &RequestLabel) -> u64 {
+        self.by_label.get_or_create(label).get()
+    }
+
+    /// The interceptor to add to every SQS and S3 client the reader builds.
+    pub fn interceptor(self: &Arc<Self>) -> CountRequests<Arc<Self>> {
+        CountRequests::new(self.clone())
+    }
+
+    /// An assumed role's credentials, each AssumeRole counted.
+    pub fn credentials<P>(self: &Arc<Self>, provider: P) -> CountedCredentials<P, Arc<Self>> {
+        CountedCredentials::new(provider, self.clone())
+    }
 }
 
-/// The interceptor to add to every SQS and S3 client the reader builds.
-pub const COUNT_REQUESTS: CountRequests = CountRequests::new(count);
-
-/// An assumed role's credentials, each AssumeRole counted.
-pub fn counted_credentials<P>(provider: P) -> CountedCredentials<P> {
-    CountedCredentials::new(provider, count)
+impl sluice_aws::requests::Counter for Requests {
+    fn count(&self, request: &Request<'_>) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let label = RequestLabel {
+            service: request.service.to_ascii_lowercase(),
+            api: request.api.to_owned(),
+            queue: request.queue.to_owned(),
+        };
+        self.by_label.get_or_create(&label).inc();
+    }
 }
 
 /// Requests per delivered message over a sliding window: what a quiet queue costs its users per

@@ -17,16 +17,16 @@ async fn base(endpoint: &str) -> aws_config::SdkConfig {
         .await
 }
 
-fn counted(service: &str, api: &str, queue: &str) -> u64 {
-    let label = RequestLabel { service: service.into(), api: api.into(), queue: queue.into() };
-    REQUESTS.get_or_create(&label).get()
+fn counted(requests: &Requests, service: &str, api: &str, queue: &str) -> u64 {
+    requests.counted(&RequestLabel { service: service.into(), api: api.into(), queue: queue.into() })
 }
 
 #[tokio::test]
 async fn each_request_is_counted_by_api_and_queue() {
     let endpoint =
         std::env::var("SLUICE_LOCALSTACK_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
-    let mut clients = SqsClients::new(base(&endpoint).await);
+    let requests = Arc::new(Requests::default());
+    let mut clients = SqsClients::new(base(&endpoint).await, requests.clone());
     let sqs = clients.client(None, None);
     let name = format!("requests-{}", fastrand::u32(..));
     let url = sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue").queue_url.unwrap();
@@ -42,21 +42,26 @@ async fn each_request_is_counted_by_api_and_queue() {
     delete.send().await.expect("DeleteMessageBatch");
     sqs.delete_queue().queue_url(&url).send().await.expect("DeleteQueue");
 
-    assert_eq!(counted("sqs", "SendMessage", &name), 3);
-    assert_eq!(counted("sqs", "ReceiveMessage", &name), 1);
-    assert_eq!(counted("sqs", "DeleteMessageBatch", &name), 1);
-    assert_eq!(counted("sqs", "CreateQueue", ""), 1);
-    assert!(requests_total() >= 7, "the running total sums every series");
+    assert_eq!(counted(&requests, "sqs", "SendMessage", &name), 3);
+    assert_eq!(counted(&requests, "sqs", "ReceiveMessage", &name), 1);
+    assert_eq!(counted(&requests, "sqs", "DeleteMessageBatch", &name), 1);
+    assert_eq!(counted(&requests, "sqs", "CreateQueue", ""), 1);
+    assert_eq!(requests.total(), 7, "the running total sums this reader's series, and only them");
 }
 
 #[tokio::test]
 async fn every_attempt_of_a_retried_call_is_counted() {
     // A port nothing listens on: each attempt is refused and retried, up to the attempts allowed.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let mut clients = SqsClients::new(base(&format!("http://{closed}")).await);
+    let requests = Arc::new(Requests::default());
+    let mut clients = SqsClients::new(base(&format!("http://{closed}")).await, requests.clone());
     let sqs = clients.client(None, None);
     let url = format!("http://{closed}/000000000000/refused");
     let answer = sqs.get_queue_attributes().queue_url(&url).send().await;
     assert!(answer.is_err(), "nothing listens there");
-    assert_eq!(counted("sqs", "GetQueueAttributes", "refused"), 3, "the standard retry mode's 3 attempts");
+    assert_eq!(
+        counted(&requests, "sqs", "GetQueueAttributes", "refused"),
+        3,
+        "the standard retry mode's 3 attempts"
+    );
 }

@@ -39,7 +39,8 @@ pub enum Verdict {
     /// works does not get the message again for every round of another sink's outage.
     Hold { acknowledged: Vec<usize> },
     /// Not delivered for its own fault with no dead-letter sink to take it (or a drop): make it
-    /// visible again, with a delay that grows with its receive count.
+    /// visible again, with a delay that grows with its receive count. Once the reader is
+    /// stopping (a delivery not started, `Outcome::NotStarted`), at once.
     Release,
     /// Rejected under failOnError: release it and stop the reader.
     Stop { reason: String },
@@ -66,14 +67,16 @@ impl Item {
 
 /// The sinks' answers for one record, combined. A rejection wins (retrying cannot help, so the
 /// record is poison whatever the other sinks said); then a redelivery (only a new receive can
-/// help); then a failure (hold, try again later); delivered only when every sink that takes the
+/// help); then a delivery not started (the reader stops: hand it back); then a failure (hold, try
+/// again later); delivered only when every sink that takes the
 /// record delivered it. A record no sink takes is delivered to nothing and counts as delivered.
 pub fn combine<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Outcome {
     let rank = |o: &Outcome| match o {
         Outcome::Delivered => 0,
         Outcome::Failed { .. } => 1,
-        Outcome::Redeliver { .. } => 2,
-        Outcome::Rejected { .. } => 3,
+        Outcome::NotStarted => 2,
+        Outcome::Redeliver { .. } => 3,
+        Outcome::Rejected { .. } => 4,
     };
     let mut combined = Outcome::Delivered;
     for outcome in outcomes {
@@ -285,6 +288,11 @@ impl Dispatcher {
                     Outcome::Redeliver { reason } => {
                         tracing::debug!(message_id = %items[i].record.message_id, %reason, "to be received again");
                     }
+                    // The reader stops: the sink was not asked, so neither its counts, its health
+                    // nor its circuit change.
+                    Outcome::NotStarted => {
+                        tracing::debug!(message_id = %items[i].record.message_id, sink = name, "not started: the reader is stopping");
+                    }
                     Outcome::Failed { reason } => {
                         let kind = FailureKind::Failed;
                         DeliveryFailed { sink: name, circuits, kind, reason }.emit(&self.metrics);
@@ -346,7 +354,8 @@ impl Dispatcher {
                     tracing::debug!(message_id = %items[i].record.message_id, traceparent = items[i].record.trace.as_deref(), %reason, "delivery failed for the sink's fault; holding");
                     verdicts.push(Verdict::Hold { acknowledged: Vec::new() });
                 }
-                Outcome::Redeliver { .. } => verdicts.push(Verdict::Release),
+                // Released, and at once: only a stopping reader answers `NotStarted`.
+                Outcome::Redeliver { .. } | Outcome::NotStarted => verdicts.push(Verdict::Release),
                 Outcome::Rejected { reason } => {
                     rejected.push((i, reason));
                     verdicts.push(Verdict::Release);
@@ -399,6 +408,7 @@ impl Dispatcher {
                     DeadLettered { sink, record, reason, context_left_out }.emit(&self.metrics);
                     (*i, Verdict::Delete)
                 }
+                Some(Outcome::NotStarted) => (*i, Verdict::Release),
                 other => {
                     let sink = dead_letter.sink().name();
                     let reason = match other {

@@ -98,6 +98,9 @@ fn rejection_beats_failure_beats_delivery() {
     assert_eq!(combine([&d, &d]), d);
     assert_eq!(combine([&d, &f]), f);
     assert_eq!(combine([&f, &r, &d]), r);
+    let n = Outcome::NotStarted;
+    assert_eq!(combine([&d, &f, &n]), n, "a stop hands the record back whatever else failed");
+    assert_eq!(combine([&n, &r]), r);
     assert_eq!(combine([] as [&Outcome; 0]), d, "a record no sink takes is delivered to nothing");
 }
 
@@ -152,6 +155,48 @@ async fn a_refusal_counts_against_the_sink_only_while_the_record_stays_unsettled
         report.get("refuses-settled")
     );
     assert_eq!(report["dlq-settled"].failures_since, 0);
+}
+
+/// A stopping reader's http sink starts no delivery: each record is handed back (released, and
+/// at once, since the reader stops), and the sink's failures, health and circuit do not count it;
+/// more than the circuit's five failures in a row would have opened it.
+#[tokio::test]
+async fn a_delivery_not_started_at_a_stop_is_no_failure_of_the_sink() {
+    let spec = sluice_crds::HttpSinkSpec {
+        // Nothing is sent: the sink sees the stop before its first request.
+        url: "http://127.0.0.1:9/".into(),
+        timeout_ms: 1_000,
+        concurrency: 1,
+        headers: Default::default(),
+        event_type: "dev.sluice.test".into(),
+        secret_refs: None,
+        batch: None,
+    };
+    let stopping = tokio_util::sync::CancellationToken::new();
+    stopping.cancel();
+    let policy = crate::sink::retry::RetryPolicy::from_spec(&sluice_crds::RetrySpec::default());
+    let http = crate::sink::http::HttpSink::new("web", &spec, policy).unwrap().stopping(stopping);
+    let circuits: Arc<crate::sink::circuit::Circuits> = Arc::default();
+    let sinks = Sinks {
+        sinks: vec![RoutedSink { sink: Arc::new(http), route: None }],
+        dead_letter: None,
+        circuits: circuits.clone(),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let dispatcher = Dispatcher::new(sinks, false, metrics.clone());
+    let items: Vec<Item> = (0..8).map(|i| item(&format!("m{i}"), "ok", None)).collect();
+    let verdicts = dispatcher.dispatch(&items, false).await;
+    assert_eq!(verdicts, vec![Verdict::Release; 8]);
+    let text = metrics.encode();
+    for line in [
+        "sink_errors_total{sink=\"web\",kind=\"failed\"} 0",
+        "errors_total{stage=\"deliver\",error_type=\"failed\"} 0",
+    ] {
+        assert!(text.contains(&format!("sluice_reader_{line}\n")), "{line}:\n{text}");
+    }
+    assert!(metrics.health.sink_report().get("web").is_none_or(|r| r.failures_since == 0));
+    assert!(!circuits.blocks_receiving(["web"]), "the circuit stays closed");
+    assert!(circuits.states().values().all(|s| *s == crate::sink::breaker::State::Closed));
 }
 
 #[tokio::test]

@@ -3,23 +3,16 @@
 //! WARN line (one per sink and kind per `warnings::WINDOW`, with counts), and updates the sink's
 //! health and circuit (`process::health`, `sink::circuit`), so that the three always agree.
 
-use crate::process::events::{Event, Fault};
+use crate::process::events::{About, Event, Fault, warn};
 use crate::process::metrics::Metrics;
-use crate::process::warnings::WINDOW;
 use crate::record::Record;
 use crate::sink::circuit::Circuits;
 
 /// One WARN line for `sink` and `kind` if one is due.
 fn warn_delivery(metrics: &Metrics, sink: &str, kind: &'static str, reason: &str) {
-    if let Some(failures) = metrics.health.warnings().due(sink, kind) {
-        let window = WINDOW.as_secs();
-        tracing::warn!(
-            sink,
-            kind,
-            failures,
-            "delivery to sink {sink} {kind} ({failures} in up to {window} s): {reason}"
-        );
-    }
+    warn(metrics, About::Sink(sink), kind, |failures, window| {
+        format!("delivery to sink {sink} {kind} ({failures} in up to {window} s): {reason}")
+    });
 }
 
 /// `sink` acknowledged `record` at `acked_ms`.
@@ -106,13 +99,12 @@ pub struct NoDeadLetterSink<'a> {
 impl Event for NoDeadLetterSink<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.fault(Fault::NoDeadLetterSink);
-        if let Some(released) = metrics.health.warnings().due("", "no_dead_letter_sink") {
-            let (window, reason) = (WINDOW.as_secs(), self.reason);
-            tracing::warn!(
-                released,
+        let reason = self.reason;
+        warn(metrics, About::Reader(""), "no_dead_letter_sink", |released, window| {
+            format!(
                 "{released} rejected messages released in up to {window} s: no deadLetterSink is configured, so they return to the queue until its redrive policy moves them; set spec.deadLetterSink to keep them apart. Latest: {reason}"
-            );
-        }
+            )
+        });
     }
 }
 

@@ -37,6 +37,7 @@ pub fn close(spans: &[Option<Span>], k: usize, outcome: &Outcome) {
             Outcome::Rejected { .. } => "rejected",
             Outcome::Failed { .. } => "failed",
             Outcome::Redeliver { .. } => "redeliver",
+            Outcome::NotStarted => "not_started",
         };
         span.record("outcome", name);
     }

@@ -10,6 +10,7 @@
 //! whole barrier); the cluster's lease ConfigMaps (`cluster::lease`) are the other backend.
 
 pub mod driver;
+mod events;
 mod gate;
 mod observed;
 mod redelivery;

@@ -25,8 +25,9 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use sluice_protocol::Redelivery;
 
 use super::Driver;
+use super::events::ClassifyFailed;
 use crate::aws::queue::Queue;
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 use crate::settle::{Decision, Tag};
 
@@ -43,8 +44,7 @@ pub async fn sort(
     let verdicts = match driver.classify_many(asks).await {
         Ok(verdicts) => verdicts,
         Err(error) => {
-            tracing::warn!(%error, messages = messages.len(), "cannot classify redelivered messages; leaving them for later");
-            metrics.fault(Fault::ClassifyFailed);
+            ClassifyFailed { error: &error.to_string(), messages: messages.len() }.emit(metrics);
             vec![Redelivery::Undecided; messages.len()]
         }
     };

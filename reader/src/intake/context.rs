@@ -15,6 +15,7 @@ use super::limiter::Limiter;
 use crate::aws::queue::Queue;
 use crate::config::settings::ReceiveSettings;
 use crate::payload::Resolver;
+use crate::payload::cleanup::ObjectCleanup;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::settle::Pipeline;
@@ -33,6 +34,9 @@ pub struct Intake {
     /// Fetches the objects S3 notifications and Extended Client pointers name (absent: neither
     /// is resolved).
     pub resolver: Option<Arc<Resolver>>,
+    /// Where a delivered message's Extended Client object is remembered, to be deleted with the
+    /// message (absent: objects are kept).
+    pub objects: Option<Arc<ObjectCleanup>>,
     /// `spec.filter`, compiled (absent: every message is taken).
     pub filter: Option<Arc<FilterStage>>,
     pub metrics: Arc<Metrics>,

@@ -30,9 +30,9 @@ use super::context::Intake;
 use super::filter::{Filter, Judgement};
 use crate::deliver::dispatch::{Item, Verdict};
 use crate::process::error::{Error, Result};
+use crate::process::events::{About, warn};
 use crate::process::filter_metrics::FilterCounts;
 use crate::process::metrics::{Metrics, queue_name};
-use crate::process::warnings;
 use crate::record::Record;
 use crate::settle::ledger::Ticket;
 
@@ -164,18 +164,15 @@ pub fn mark_routes(tickets: &[Ticket], items: &mut [Item], routed: &[(Ticket, us
 /// latest reason.
 fn warn_error(metrics: &Metrics, queue_url: &str, reason: &str, fate: FilterErrorFate) {
     let queue = queue_name(queue_url);
-    if let Some(errors) = metrics.health.warnings().due(queue, "filter_error") {
-        let window = warnings::WINDOW.as_secs();
-        let fate = match fate {
-            FilterErrorFate::DeadLetter => {
-                "each sent to the dead-letter route (spec.filter.onError: deadLetter; with no deadLetterSink, released with a growing delay)"
-            }
-            FilterErrorFate::Mismatch => "each taken as a mismatch (spec.filter.onError: mismatch)",
-        };
-        tracing::warn!(
-            queue,
-            errors,
+    let fate = match fate {
+        FilterErrorFate::DeadLetter => {
+            "each sent to the dead-letter route (spec.filter.onError: deadLetter; with no deadLetterSink, released with a growing delay)"
+        }
+        FilterErrorFate::Mismatch => "each taken as a mismatch (spec.filter.onError: mismatch)",
+    };
+    warn(metrics, About::Queue(queue), "filter_error", |errors, window| {
+        format!(
             "spec.filter.expression failed on {errors} messages of queue {queue} in up to {window} s, {fate}: {reason}; guard optional fields with has()"
-        );
-    }
+        )
+    });
 }

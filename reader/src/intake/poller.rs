@@ -355,7 +355,7 @@ impl Poller {
         decoded: Vec<(Ticket, Record, Option<String>)>,
     ) -> (Vec<Ticket>, Vec<Item>) {
         let metrics = &self.intake.metrics;
-        let objects = self.intake.pipeline.objects();
+        let objects = self.intake.objects.as_ref();
         let (stop, received) = (&self.intake.stop, Instant::now());
         let resolved =
             futures::future::join_all(decoded.into_iter().map(|(ticket, record, poison)| async move {

@@ -2,7 +2,8 @@
 //! (`spec.payload.extendedClient.deleteObjects`), as the Extended Clients do when they delete a
 //! message.
 //!
-//! Why keyed by the id `settle` gives each received message (opaque here) and fired by the acker: the object may go only when SQS
+//! Why keyed by the id `settle` gives each received message (opaque here) and fired by the acker
+//! (through `process::settled::Settled`, which this implements): the object may go only when SQS
 //! confirmed the message's deletion, and that answer exists only in the acker (a failed
 //! DeleteMessageBatch entry means the message comes back and still needs its object). Under
 //! exactlyOnce the acker deletes a message only after the epoch holding it committed, so the
@@ -28,6 +29,7 @@ use super::events::ObjectsLeft;
 use super::pointer::Pointer;
 use crate::process::events::Event;
 use crate::process::metrics::Metrics;
+use crate::process::settled::Settled;
 
 /// The id `settle` gives one received message (a redelivery gets a new one); opaque here.
 pub type Ticket = u64;
@@ -68,7 +70,7 @@ impl ObjectCleanup {
     }
 
     /// SQS confirmed these messages deleted: their objects go.
-    pub fn deleted(&self, tickets: &[Ticket]) {
+    fn deleted_now(&self, tickets: &[Ticket]) {
         let due = take(&mut self.lock_waiting(), tickets);
         if due.is_empty() {
             return;
@@ -95,13 +97,8 @@ impl ObjectCleanup {
         }
     }
 
-    /// These messages were released or their delete given up: they come back with their object.
-    pub fn forget(&self, tickets: &[Ticket]) {
-        take(&mut self.lock_waiting(), tickets);
-    }
-
     /// Let the deletes already queued finish (briefly); nothing is queued after this.
-    pub async fn close(&self) {
+    async fn close_now(&self) {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
         let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task
@@ -113,6 +110,21 @@ impl ObjectCleanup {
 
     fn lock_waiting(&self) -> std::sync::MutexGuard<'_, HashMap<Ticket, Pointer>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Settled for ObjectCleanup {
+    fn deleted(&self, tickets: &[Ticket]) {
+        self.deleted_now(tickets);
+    }
+
+    /// Released or given up: the messages come back with their objects, which stay.
+    fn returned(&self, tickets: &[Ticket]) {
+        take(&mut self.lock_waiting(), tickets);
+    }
+
+    fn close(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(self.close_now())
     }
 }
 

@@ -10,6 +10,7 @@ use aws_sdk_sqs::config::Credentials;
 
 use super::*;
 use crate::aws::queue::Queue;
+use crate::process::settled::Settled;
 use crate::settle::acker::Acker;
 use crate::settle::ledger::{DeletePolicy, Ledger, Receipt, Tag};
 
@@ -71,8 +72,12 @@ async fn a_refused_message_delete_keeps_its_object() {
     let objects = ObjectCleanup::start(s3.clone(), metrics.clone());
     objects.remember(good, Pointer { bucket: name.clone(), key: "confirmed".into() });
     objects.remember(bad, Pointer { bucket: name.clone(), key: "refused".into() });
-    let acker =
-        Acker::spawn(vec![Arc::new(queue)], Arc::new(Mutex::new(ledger)), metrics.clone(), Some(objects));
+    let acker = Acker::spawn(
+        vec![Arc::new(queue)],
+        Arc::new(Mutex::new(ledger)),
+        metrics.clone(),
+        Some(objects as Arc<dyn Settled>),
+    );
 
     let batch = vec![
         (good, Receipt { queue: 0, handle }),

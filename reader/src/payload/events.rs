@@ -6,16 +6,14 @@
 //! An answer is any reply that says S3 is reachable: the object, or a permanent refusal (missing,
 //! denied, too large).
 
-use crate::process::events::{Event, Fault};
+use crate::process::events::{About, Event, Fault, warn};
 use crate::process::metrics::Metrics;
-use crate::process::warnings::WINDOW;
 
 /// `object fetch {kind}`: one WARN line if one is due.
-fn warn(metrics: &Metrics, kind: &'static str, reason: &str) {
-    if let Some(failures) = metrics.health.warnings().due("object fetch", kind) {
-        let window = WINDOW.as_secs();
-        tracing::warn!(kind, failures, "object fetch {kind} ({failures} in up to {window} s): {reason}");
-    }
+fn warn_fetch(metrics: &Metrics, kind: &'static str, reason: &str) {
+    warn(metrics, About::Reader("object fetch"), kind, |failures, window| {
+        format!("object fetch {kind} ({failures} in up to {window} s): {reason}")
+    });
 }
 
 /// A fetch gave up, after its own quick attempts, for S3's fault.
@@ -56,7 +54,7 @@ impl Event for FetchHeld<'_> {
                 self.reason
             )
         };
-        warn(metrics, "failed", &reason);
+        warn_fetch(metrics, "failed", &reason);
     }
 }
 
@@ -68,7 +66,7 @@ pub struct ObjectUnreadable<'a> {
 impl Event for ObjectUnreadable<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.fault(Fault::UnreadableObject);
-        warn(metrics, "unreadable", self.reason);
+        warn_fetch(metrics, "unreadable", self.reason);
     }
 }
 
@@ -79,7 +77,7 @@ pub struct ReadResumed<'a> {
 
 impl Event for ReadResumed<'_> {
     fn emit(self, metrics: &Metrics) {
-        warn(metrics, "resumed", self.reason);
+        warn_fetch(metrics, "resumed", self.reason);
     }
 }
 
@@ -95,9 +93,9 @@ pub struct ObjectsLeft<'a> {
 impl Event for ObjectsLeft<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.payload.object_deletes(self.kind, self.objects);
-        if let Some(failures) = metrics.health.warnings().due("object delete", self.kind) {
-            let (kind, reason, window) = (self.kind, self.reason, WINDOW.as_secs());
-            tracing::warn!(kind, failures, "object delete {kind} ({failures} in up to {window} s): {reason}");
-        }
+        let (kind, reason) = (self.kind, self.reason);
+        warn(metrics, About::Reader("object delete"), kind, |failures, window| {
+            format!("object delete {kind} ({failures} in up to {window} s): {reason}")
+        });
     }
 }

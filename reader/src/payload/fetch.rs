@@ -19,12 +19,13 @@ use sluice_aws::{AwsFault, FaultClass};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::events::{FetchAnswered, FetchFailed};
-use super::stream::{ObjectRef, StreamSource, StreamedObject};
+use super::stream::StreamSource;
 use crate::config::payload::Bounds;
 use crate::process::backoff::backoff;
 use crate::process::events::Event;
 use crate::process::fetch_stats::FetchStats;
 use crate::process::metrics::Metrics;
+use crate::record::ObjectRef;
 
 /// Attempts of one fetch before it counts as failed (the message is then held and fetched again:
 /// `hold`).
@@ -35,7 +36,7 @@ const LONGEST_RETRY: Duration = Duration::from_secs(5);
 /// What a fetch answers: the object's bytes, or, above `streamAboveBytes`, a checked reference.
 pub enum Fetched {
     Whole(Bytes),
-    Streamed(StreamedObject),
+    Streamed(ObjectRef),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -106,6 +107,11 @@ impl Fetcher {
         Self { client, bounds, fetches, budget, stats, streams, metrics }
     }
 
+    /// What sinks read streamed objects through.
+    pub fn streams(&self) -> &Arc<StreamSource> {
+        &self.streams
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -156,8 +162,9 @@ impl Fetcher {
             version_id: answer.version_id.or_else(|| version.map(str::to_owned)),
             size,
             etag: answer.e_tag,
+            stream_above_bytes: self.bounds.stream_above_bytes,
         };
-        Ok(Fetched::Streamed(StreamedObject::new(object, self.streams.clone())))
+        Ok(Fetched::Streamed(object))
     }
 
     fn within_limit(&self, at: &str, size: u64) -> Result<(), FetchError> {
@@ -199,8 +206,9 @@ impl Fetcher {
                 version_id: output.version_id.take().or_else(|| version.map(str::to_owned)),
                 size,
                 etag: output.e_tag.take(),
+                stream_above_bytes: self.bounds.stream_above_bytes,
             };
-            return Ok(Fetched::Streamed(StreamedObject::new(object, self.streams.clone())));
+            return Ok(Fetched::Streamed(object));
         }
         let permit = self
             .budget

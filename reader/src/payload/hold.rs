@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use super::events::FetchHeld;
 use super::{Resolution, Resolver};
+use crate::aws::visibility::HOLD_LIMIT;
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
 use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::record::Record;
-use crate::settle::pipeline::HOLD_LIMIT;
 
 /// Resolve `record`, holding it through transient fetch failures (see the module). Answers
 /// `Resolution::Release` only when the reader stops, or when the hold since `received` nears

@@ -13,12 +13,12 @@ use axum::response::Response;
 use sluice_crds::PayloadFormat;
 
 use super::{past_cap, resolve};
+use crate::aws::visibility::HOLD_LIMIT;
 use crate::config::payload::Bounds;
 use crate::payload::{Fetcher, Resolution, Resolver, pointer};
 use crate::process::backoff::LONGEST_HOLD_RETRY;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
-use crate::settle::pipeline::HOLD_LIMIT;
 use crate::sink::testing::record;
 
 const OBJECT: &[u8] = b"the object's bytes";

@@ -33,7 +33,7 @@ pub mod stream;
 mod stream_tests;
 
 pub use fetch::{FetchError, Fetched, Fetcher};
-pub use stream::StreamedObject;
+pub use stream::StreamSource;
 
 use notification::{Notification, ObjectEvent};
 
@@ -97,6 +97,11 @@ impl Resolver {
     }
 
     /// The S3 client objects are fetched with (and Extended Client objects deleted with).
+    /// What sinks read streamed objects through (`sink::SinkContext::objects`).
+    pub fn streams(&self) -> Arc<StreamSource> {
+        self.fetcher.streams().clone()
+    }
+
     pub fn client(&self) -> &aws_sdk_s3::Client {
         self.fetcher.client()
     }
@@ -155,7 +160,7 @@ impl Resolver {
             }
             Ok(Fetched::Streamed(streamed)) => {
                 // What intake checked (the event's own values are kept where it has them).
-                let checked = &streamed.object;
+                let checked = &streamed;
                 let attributes = &mut record.message_attributes;
                 for (name, value) in [(VERSION_ID, &checked.version_id), (ETAG, &checked.etag)] {
                     if let Some(value) = value {
@@ -242,8 +247,7 @@ pub fn build(
     if let Some(region) = &settings.region {
         config = config.region(aws_sdk_s3::config::Region::new(region.clone()));
     }
-    let client =
-        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
+    let client = aws_sdk_s3::Client::from_conf(config.interceptor(metrics.requests.interceptor()).build());
     let fetcher = Fetcher::new(client, settings.bounds, metrics.clone());
     Some(Resolver::new(settings.format, settings.pointers, fetcher, settings.buckets.clone()))
 }

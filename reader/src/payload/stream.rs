@@ -18,7 +18,6 @@
 //! `maxConcurrentFetches` slots and a window of `maxBytesInFlight` ([`WINDOW_BYTES`], or the
 //! whole budget if that is smaller) until it ends or is dropped.
 
-use std::fmt;
 use std::sync::Arc;
 
 use aws_sdk_s3::Client;
@@ -33,6 +32,7 @@ use crate::config::payload::Bounds;
 use crate::process::events::Event;
 use crate::process::fetch_stats::FetchStats;
 use crate::process::metrics::Metrics;
+use crate::record::ObjectRef;
 
 /// Bytes of `maxBytesInFlight` an open read counts: about what one sink holds of it at a time
 /// (the s3 sink's part; the http sink holds far less).
@@ -42,32 +42,21 @@ pub const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 /// window elsewhere (the s3 sink uploads a part between two reads).
 pub const STALL_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The object a streamed record stands for, as intake checked it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectRef {
-    pub bucket: String,
-    pub key: String,
-    pub version_id: Option<String>,
-    pub size: u64,
-    pub etag: Option<String>,
-}
-
-impl ObjectRef {
-    /// `s3://bucket/key`, for messages.
-    pub fn at(&self) -> String {
-        format!("s3://{}/{}", self.bucket, self.key)
-    }
-}
-
-/// What streamed objects are read through: the fetcher's client, slots and byte budget.
+/// What streamed objects are read through: the fetcher's client, slots and byte budget. Sinks
+/// that stream get it at build (`sink::SinkContext::objects`).
 pub struct StreamSource {
     client: Client,
     fetches: Arc<Semaphore>,
     budget: Arc<Semaphore>,
     window_kib: u32,
-    stream_above_bytes: u64,
     stats: Arc<FetchStats>,
     metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for StreamSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSource").field("window_kib", &self.window_kib).finish_non_exhaustive()
+    }
 }
 
 impl StreamSource {
@@ -80,59 +69,39 @@ impl StreamSource {
         metrics: Arc<Metrics>,
     ) -> Self {
         let window_kib = kib(WINDOW_BYTES.min(bounds.max_bytes_in_flight));
-        let stream_above_bytes = bounds.stream_above_bytes;
-        Self { client, fetches, budget, window_kib, stream_above_bytes, stats, metrics }
-    }
-}
-
-/// A record's object, to be read by the sinks that deliver it.
-pub struct StreamedObject {
-    pub object: ObjectRef,
-    source: Arc<StreamSource>,
-}
-
-impl fmt::Debug for StreamedObject {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamedObject").field("object", &self.object).finish_non_exhaustive()
-    }
-}
-
-impl StreamedObject {
-    pub fn new(object: ObjectRef, source: Arc<StreamSource>) -> Self {
-        Self { object, source }
+        Self { client, fetches, budget, window_kib, stats, metrics }
     }
 
-    pub fn size(&self) -> u64 {
-        self.object.size
-    }
-
-    /// Why `sink` (of a kind that needs the whole body) does not take this object.
-    pub fn refusal(&self, sink: &str) -> String {
-        refusal(&self.object, sink, self.source.stream_above_bytes)
-    }
-
-    /// Start reading the object: one GetObject, pinned to the checked version and ETag, within
+    /// Start reading `object`: one GetObject, pinned to the checked version and ETag, within
     /// the reader's fetch bounds. Not retried here: the sink's retry policy decides, and a retry
     /// opens it again.
-    pub async fn open(&self) -> Result<ObjectBody, FetchError> {
-        let source = &self.source;
+    pub async fn open(&self, object: &ObjectRef) -> Result<ObjectBody, FetchError> {
         let stopping = |_| FetchError::Transient("the reader is stopping".into());
-        let slot = source.fetches.clone().acquire_owned().await.map_err(stopping)?;
-        let window = source.budget.clone().acquire_many_owned(source.window_kib).await.map_err(stopping)?;
-        let body = get(&source.client, &self.object, 0).await?;
+        let slot = self.fetches.clone().acquire_owned().await.map_err(stopping)?;
+        let window = self.budget.clone().acquire_many_owned(self.window_kib).await.map_err(stopping)?;
+        let body = get(&self.client, object, 0).await?;
         Ok(ObjectBody {
             body,
-            object: self.object.clone(),
-            client: source.client.clone(),
+            object: object.clone(),
+            client: self.client.clone(),
             read: 0,
             resumes: 0,
             stalled: 0,
             read_at_cut: 0,
             done: false,
             _permits: (slot, window),
-            stats: source.stats.clone(),
-            metrics: source.metrics.clone(),
+            stats: self.stats.clone(),
+            metrics: self.metrics.clone(),
         })
+    }
+}
+
+/// Open `object` through `source`; a sink built without one (no payload lives in S3) was handed
+/// a record no resolver made, which it cannot read.
+pub async fn open(source: Option<&StreamSource>, object: &ObjectRef) -> Result<ObjectBody, FetchError> {
+    match source {
+        Some(source) => source.open(object).await,
+        None => Err(FetchError::Permanent(format!("{}: no S3 reader for streamed objects", object.at()))),
     }
 }
 
@@ -173,15 +142,6 @@ fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The one-line reason a sink that needs whole bodies gives for a streamed object.
-pub fn refusal(object: &ObjectRef, sink: &str, stream_above_bytes: u64) -> String {
-    format!(
-        "{} is {} bytes, above spec.payload.streamAboveBytes ({stream_above_bytes}), and sink {sink} cannot stream it (only http and s3 sinks do): route such objects to an http or s3 sink, or raise streamAboveBytes",
-        object.at(),
-        object.size
-    )
 }
 
 /// An open read of a streamed object, holding its fetch slot and window until it is dropped.
@@ -256,26 +216,5 @@ impl ObjectBody {
     /// The rest of the object as a stream of pieces (for a streamed request body).
     pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, FetchError>> + Send + 'static {
         futures::stream::unfold(self, |mut body| async move { body.next_chunk().await.map(|c| (c, body)) })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_refusal_names_the_object_the_limit_and_the_sink() {
-        let object = ObjectRef {
-            bucket: "inbox".into(),
-            key: "big file.bin".into(),
-            version_id: None,
-            size: 52_428_800,
-            etag: Some("\"e\"".into()),
-        };
-        let reason = refusal(&object, "forward", 8_388_608);
-        assert!(reason.starts_with("s3://inbox/big file.bin is 52428800 bytes"), "{reason}");
-        assert!(reason.contains("spec.payload.streamAboveBytes (8388608)"), "{reason}");
-        assert!(reason.contains("sink forward cannot stream it"), "{reason}");
-        assert!(!reason.contains('\n'));
     }
 }

@@ -13,9 +13,10 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 
 use super::fetch::FetchError;
-use super::stream::{ObjectRef, RESUMES, StreamSource, StreamedObject};
+use super::stream::{ObjectBody, RESUMES, StreamSource};
 use crate::config::payload::Bounds;
 use crate::process::fetch_stats::FetchStats;
+use crate::record::ObjectRef;
 
 const ETAG: &str = "\"e1\"";
 /// Where the server cuts its first answer.
@@ -89,7 +90,16 @@ async fn serve_cutting(object: Vec<u8>, cuts: usize, cut_at: usize) -> (String, 
     (url, bucket)
 }
 
-fn streamed(url: &str, size: usize, etag: &str) -> StreamedObject {
+/// An object and the reader it is opened through.
+struct Streamed(StreamSource, ObjectRef);
+
+impl Streamed {
+    async fn open(&self) -> Result<ObjectBody, FetchError> {
+        self.0.open(&self.1).await
+    }
+}
+
+fn streamed(url: &str, size: usize, etag: &str) -> Streamed {
     let config = aws_sdk_s3::Config::builder()
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
         .region(aws_sdk_s3::config::Region::new("us-east-1"))
@@ -117,8 +127,9 @@ fn streamed(url: &str, size: usize, etag: &str) -> StreamedObject {
         version_id: None,
         size: size as u64,
         etag: Some(etag.into()),
+        stream_above_bytes: 0,
     };
-    StreamedObject::new(object, Arc::new(source))
+    Streamed(source, object)
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::aws::requests::Requests;
 use crate::process::batch_metrics::BatchMetrics;
 use crate::process::events::Fault;
 use crate::process::fetch_stats::FetchStats;
@@ -118,6 +119,8 @@ pub struct Metrics {
     /// This reader's health (sinks, fetches, targets) and WARN-line rate limit: what the events
     /// (`process::events`) update beside the counters, one per reader as the registry is.
     pub health: ReaderHealth,
+    /// This reader's requests to AWS (`aws::requests`): every client it builds counts here.
+    pub requests: Arc<Requests>,
     /// What the reader's report measures as it runs (`process::report`), one per reader too.
     pub report: Measured,
 }
@@ -171,6 +174,7 @@ impl Metrics {
             filter: FilterMetrics::default(),
             batches: BatchMetrics::default(),
             health: ReaderHealth::default(),
+            requests: Arc::default(),
             report: Measured::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
@@ -226,7 +230,7 @@ impl Metrics {
         registry.register(
             "aws_requests",
             "Requests sent to AWS, by service, API and queue (retries included)",
-            crate::aws::requests::REQUESTS.clone(),
+            self.requests.family(),
         );
         registry.register(
             "dead_lettered_messages",
@@ -334,8 +338,13 @@ impl Metrics {
 
     /// Count one fault in `reader_errors_total{stage,error_type}`.
     pub fn fault(&self, fault: Fault) {
+        self.faults(fault, 1);
+    }
+
+    /// `count` occurrences of `fault` at once (one per entry of a failed batch call).
+    pub fn faults(&self, fault: Fault, count: u64) {
         let (stage, error_type) = fault.labels();
-        self.errors.get_or_create(&ErrorLabel { stage, error_type: error_type.into_owned() }).inc();
+        self.errors.get_or_create(&ErrorLabel { stage, error_type: error_type.into_owned() }).inc_by(count);
     }
 
     pub fn set_ready(&self, ready: bool) {

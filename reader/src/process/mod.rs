@@ -13,6 +13,7 @@ pub mod health;
 pub mod metrics;
 pub mod report;
 pub mod runtime;
+pub mod settled;
 pub mod signals;
 pub mod sink_stats;
 pub mod stop;

@@ -2,7 +2,8 @@
 //! deadline, let tagged epochs commit if they can, release what is left, flush the acker.
 //!
 //! Only deliveries under way are waited for: the sinks see the same stop (`SinkContext::stopping`)
-//! and answer records that have not started yet as failed at once, and the pipeline settles each
+//! and answer records that have not started yet as not started (`sink::Outcome::NotStarted`, no
+//! failure of the sink's) at once, and the pipeline settles each
 //! record as it is answered, so those are released within moments of the signal rather than at
 //! the deadline. A reader with nothing in work stops as soon as its pollers do: when the long
 //! polls they had out at the signal land (`intake::poller`: a receive hung up on would hide what

@@ -27,8 +27,10 @@ use crate::payload::{self, Resolver};
 use crate::process::admin::Admin;
 use crate::process::backoff::backoff;
 use crate::process::error::{Error, Result};
-use crate::process::events::Fault;
+use crate::process::events::Event;
+use crate::process::events::targets::StartUnreachable;
 use crate::process::metrics::Metrics;
+use crate::process::settled::Settled;
 use crate::process::stop::Stop;
 use crate::settle::acker::Acker;
 use crate::settle::heartbeat::Heartbeat;
@@ -72,10 +74,10 @@ pub async fn start(
         return Err(epochs::not_built_for_clusters());
     }
     metrics.health.set_unready_after(options.unready_after);
-    let sdk = load_sdk_config(&settings.credentials, &options.reader_id).await;
+    let sdk = load_sdk_config(&settings.credentials, &options.reader_id, &metrics.requests).await;
     let Outputs { sinks, resolver, objects } = outputs(settings, options, stop, &metrics, &sdk)?;
     let report = Arc::new(ReaderReport::new(metrics.clone(), sinks.circuits.clone()));
-    let mut clients = SqsClients::new(sdk);
+    let mut clients = SqsClients::new(sdk, metrics.requests.clone());
     let Some(queues) = connect_queues(settings, &mut clients, stop, &metrics).await? else {
         return Ok(None);
     };
@@ -106,7 +108,8 @@ pub async fn start(
     let diverted = filter.as_ref().and_then(|f| f.route_to());
     let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()).divert_to(diverted);
     let window = settings.receive.batch_window;
-    let acker = Acker::spawn_lingering(queues.clone(), ledger.clone(), metrics.clone(), objects, window);
+    let settled = objects.clone().map(|o| o as Arc<dyn Settled>);
+    let acker = Acker::spawn_lingering(queues.clone(), ledger.clone(), metrics.clone(), settled, window);
     let pipeline = Arc::new(Pipeline::new(
         dispatcher,
         ledger.clone(),
@@ -126,8 +129,15 @@ pub async fn start(
         let worker = EpochWorker::new(pipeline.clone(), driver.clone(), metrics.clone());
         (driver, tokio::spawn(worker.run(work, coordination_stop.clone())))
     });
-    let (pollers, held) =
-        spawn_pollers(settings, &queues, &pipeline, &metrics, limiter, (resolver, filter), stop);
+    let (pollers, held) = spawn_pollers(
+        settings,
+        &queues,
+        &pipeline,
+        &metrics,
+        limiter,
+        TakeIn { resolver, objects, filter },
+        stop,
+    );
     report.register(&held);
     Ok(Some(Running {
         pipeline,
@@ -147,6 +157,13 @@ fn filter_stage(settings: &Settings, sinks: &Sinks) -> Result<Option<Arc<FilterS
     Ok(Some(Arc::new(FilterStage::new(spec, &names)?)))
 }
 
+/// What the pollers take a message in with, besides the pipeline (`intake::context::Intake`).
+struct TakeIn {
+    resolver: Option<Arc<Resolver>>,
+    objects: Option<Arc<ObjectCleanup>>,
+    filter: Option<Arc<FilterStage>>,
+}
+
 /// Where records go and what they need on the way.
 struct Outputs {
     sinks: Sinks,
@@ -163,20 +180,22 @@ fn outputs(
     metrics: &Arc<Metrics>,
     sdk: &aws_config::SdkConfig,
 ) -> Result<Outputs> {
-    let context = SinkContext {
-        reader_id: options.reader_id.clone(),
-        retry: settings.spec.delivery.retry.clone(),
-        aws: sdk.clone(),
-        stopping: stop.token().clone(),
-    };
-    let sinks: Sinks =
-        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
-            .map_err(|e| Error::config(e.field, e.message))?;
     let payload = PayloadSettings::from_spec(&settings.spec.payload)?;
     let resolver = payload::build(&payload, sdk, metrics).map(Arc::new);
     if let Some(resolver) = &resolver {
         metrics.payload.watch(resolver.stats());
     }
+    let context = SinkContext {
+        reader_id: options.reader_id.clone(),
+        retry: settings.spec.delivery.retry.clone(),
+        aws: sdk.clone(),
+        stopping: stop.token().clone(),
+        requests: metrics.requests.clone(),
+        objects: resolver.as_ref().map(|r| r.streams()),
+    };
+    let sinks: Sinks =
+        sink::build_all(&settings.spec.sinks, settings.spec.dead_letter_sink.as_ref(), &context)
+            .map_err(|e| Error::config(e.field, e.message))?;
     let objects = resolver
         .as_ref()
         .filter(|_| payload.delete_objects)
@@ -219,7 +238,7 @@ fn spawn_pollers(
     pipeline: &Arc<Pipeline>,
     metrics: &Arc<Metrics>,
     limiter: Arc<Limiter>,
-    (resolver, filter): (Option<Arc<Resolver>>, Option<Arc<FilterStage>>),
+    TakeIn { resolver, objects, filter }: TakeIn,
     stop: &Stop,
 ) -> (JoinSet<()>, Arc<Held>) {
     let batch = settings.receive.max_messages as usize;
@@ -235,6 +254,7 @@ fn spawn_pollers(
             held: held.clone(),
             pipeline: pipeline.clone(),
             resolver: resolver.clone(),
+            objects: objects.clone(),
             filter: filter.clone(),
             metrics: metrics.clone(),
             stop: stop.clone(),
@@ -267,9 +287,8 @@ async fn connect_queues(
             Err(outage @ Error::Outage { .. }) => outage,
             Err(other) => return Err(other),
         };
-        metrics.fault(Fault::StartUnreachable);
         let wait = delays.next().unwrap_or(LONGEST_CONNECT_RETRY);
-        tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{outage}; not ready, trying again");
+        StartUnreachable { outage: &outage.to_string(), retry_in: wait }.emit(metrics);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = stop.stopped() => return Ok(None),

@@ -77,8 +77,7 @@ fn target(at: &str, spec: &SinkSpec, clients: &mut SqsClients) -> Option<Target>
     if let Some(region) = &s3.region {
         config = config.region(aws_config::Region::new(region.clone()));
     }
-    let client =
-        aws_sdk_s3::Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
+    let client = aws_sdk_s3::Client::from_conf(config.interceptor(clients.requests().interceptor()).build());
     let kind = Kind::Bucket { client, bucket: s3.bucket.clone() };
     Some(Target { field: format!("{at}.s3.bucket"), sink, kind })
 }

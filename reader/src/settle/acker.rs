@@ -29,10 +29,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
-use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::backoff;
 use crate::process::events::Event;
 use crate::process::metrics::Metrics;
+use crate::process::settled::Settled;
 use crate::settle::events::{AckFailed, AckGivenUp};
 use crate::settle::ledger::{Ledger, Receipt, Ticket, redelivery_delay};
 
@@ -80,7 +80,6 @@ enum Command {
 #[derive(Clone)]
 pub struct Acker {
     tx: mpsc::UnboundedSender<Command>,
-    objects: Option<Arc<ObjectCleanup>>,
     /// Cancelled by [`Acker::close`] before it asks: the acker's loop may be waiting for room
     /// among calls that retry until this is cancelled.
     closing: CancellationToken,
@@ -91,7 +90,7 @@ struct Shared {
     ledger: Arc<Mutex<Ledger>>,
     metrics: Arc<Metrics>,
     /// Told which deletes SQS confirmed, so their Extended Client objects go too.
-    objects: Option<Arc<ObjectCleanup>>,
+    objects: Option<Arc<dyn Settled>>,
     /// How long a part-full batch waits for its next receipt: [`LINGER`], or the batching window.
     linger: Duration,
     /// How long a part-full batch waits at most: [`LINGER_CAP`], or the batching window.
@@ -105,7 +104,7 @@ impl Acker {
         queues: Vec<Arc<Queue>>,
         ledger: Arc<Mutex<Ledger>>,
         metrics: Arc<Metrics>,
-        objects: Option<Arc<ObjectCleanup>>,
+        objects: Option<Arc<dyn Settled>>,
     ) -> Self {
         Self::spawn_lingering(queues, ledger, metrics, objects, LINGER)
     }
@@ -115,28 +114,15 @@ impl Acker {
         queues: Vec<Arc<Queue>>,
         ledger: Arc<Mutex<Ledger>>,
         metrics: Arc<Metrics>,
-        objects: Option<Arc<ObjectCleanup>>,
+        objects: Option<Arc<dyn Settled>>,
         window: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let (linger, cap) = if window.is_zero() { (LINGER, LINGER_CAP) } else { (window, window) };
         let closing = CancellationToken::new();
-        let shared = Shared {
-            queues,
-            ledger,
-            metrics,
-            objects: objects.clone(),
-            linger,
-            cap,
-            closing: closing.clone(),
-        };
+        let shared = Shared { queues, ledger, metrics, objects, linger, cap, closing: closing.clone() };
         tokio::spawn(run(rx, Arc::new(shared)));
-        Self { tx, objects, closing }
-    }
-
-    /// Where delivered messages' Extended Client objects are remembered (absent: kept).
-    pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
-        self.objects.as_ref()
+        Self { tx, closing }
     }
 
     pub fn delete(&self, ticket: Ticket, receipt: Receipt) {
@@ -425,7 +411,7 @@ fn forget(shared: &Shared, tickets: &[Ticket]) {
         return;
     }
     if let Some(objects) = &shared.objects {
-        objects.forget(tickets);
+        objects.returned(tickets);
     }
     let mut ledger = shared.ledger.lock().unwrap_or_else(|e| e.into_inner());
     for t in tickets {

@@ -8,9 +8,10 @@ use futures::future::BoxFuture;
 use sluice_protocol::{EpochKey, IdSet, now_ms};
 use tokio_util::sync::CancellationToken;
 
+use super::events::EpochStepFailed;
 use super::ledger::Tag;
 use super::pipeline::Pipeline;
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 use crate::sink::circuit::Circuits;
 use crate::sink::{EpochStep, EpochSupport, SinkError};
@@ -133,20 +134,12 @@ impl Pipeline {
     }
 }
 
-/// What a failed sink step does: a WARN line, the `checkpoint` error counter, and a failure of
-/// the sink's circuit (a pre-commit or commit that cannot be made is the sink's fault: receiving
-/// pauses while the epoch's messages stay held and the step is retried). An abort's failure only
-/// leaves staged output behind, so it does not count.
+/// What a failed sink step does (`events::EpochStepFailed`): counted, a WARN line, and a failure
+/// of the sink's circuit (not for an abort).
 pub fn sink_failed<'a>(
     metrics: &'a Metrics,
     circuits: &'a Circuits,
     key: &'a EpochKey,
 ) -> impl Fn(EpochStep, &SinkError) + 'a {
-    move |step, error| {
-        tracing::warn!(pod = %key.pod, epoch = key.epoch, %error, "sink {} failed; retrying", step.name());
-        metrics.fault(Fault::CheckpointStep(step.name()));
-        if step != EpochStep::Abort {
-            circuits.failed(&error.sink, &error.message, metrics);
-        }
-    }
+    move |step, error| EpochStepFailed { key, step, error, circuits }.emit(metrics)
 }

@@ -18,7 +18,7 @@ use super::gate::Gate;
 use super::ledger::{Ledger, Receipt, Ticket};
 use crate::aws::error_type;
 use crate::aws::queue::Queue;
-use crate::aws::requests::{PerMessage, requests_total};
+use crate::aws::requests::PerMessage;
 use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
@@ -67,7 +67,11 @@ impl Heartbeat {
                 deletes.pop_front();
             }
             self.report(&deletes, now);
-            self.metrics.report.cost(cost.observe(now, requests_total(), self.metrics.deleted.get()));
+            self.metrics.report.cost(cost.observe(
+                now,
+                self.metrics.requests.total(),
+                self.metrics.deleted.get(),
+            ));
         }
     }
 

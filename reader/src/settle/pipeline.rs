@@ -16,22 +16,18 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::acker::Acker;
+use super::events::{DeliveryPanicked, HeldPastVisibilityCap};
 use super::gate::Gate;
 use super::held::Claim;
 use super::ledger::{Ledger, Tag, Ticket, redelivery_delay};
+use crate::aws::visibility::HOLD_LIMIT;
 use crate::deliver::dispatch::{Dispatcher, Item, Verdict};
-use crate::payload::cleanup::ObjectCleanup;
 use crate::process::backoff::{LONGEST_HOLD_RETRY, hold_backoff};
 use crate::process::error::Error;
-use crate::process::events::Fault;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 use crate::process::stop::Stop;
 use crate::sink::circuit::Turn;
-
-/// How long a message may be held since its receive before it is handed back: SQS refuses to
-/// keep a message invisible past 12 h from its receive, so the reader gives it back while it can
-/// still choose when (with a 30 min margin for the extensions and the hand-back itself).
-pub const HOLD_LIMIT: Duration = Duration::from_secs(11 * 3600 + 30 * 60);
 
 /// How one delivery round of a batch ended.
 enum Round {
@@ -91,11 +87,6 @@ impl Pipeline {
     /// Messages held (received, not yet deleted or released).
     pub fn in_flight(&self) -> usize {
         self.lock_ledger().len()
-    }
-
-    /// The S3 objects deleted with their messages (Extended Client pointers), if any.
-    pub fn objects(&self) -> Option<&Arc<ObjectCleanup>> {
-        self.acker.objects()
     }
 
     /// Wait until every delete and release handed to the acker is sent (end of a drain).
@@ -168,11 +159,7 @@ impl Pipeline {
                 };
                 delay = delays.next().unwrap_or(LONGEST_HOLD_RETRY);
                 if !pending.is_empty() && received.elapsed() + delay >= HOLD_LIMIT {
-                    tracing::warn!(
-                        messages = pending.len(),
-                        "held for nearly SQS's 12 h visibility cap since the receive: handing back"
-                    );
-                    pipeline.metrics.fault(Fault::HeldPastVisibilityCap);
+                    HeldPastVisibilityCap { messages: pending.len() }.emit(&pipeline.metrics);
                     pipeline.hand_back(&pending, &tickets, &items, &mut claim, Verdict::Release);
                     return;
                 }
@@ -218,8 +205,7 @@ impl Pipeline {
         };
         if panicked {
             let left: Vec<usize> = (0..subset.len()).filter(|&k| open[k]).map(|k| pending[k]).collect();
-            tracing::error!(messages = left.len(), "a sink panicked; releasing its messages");
-            self.metrics.fault(Fault::DeliveryPanicked);
+            DeliveryPanicked { messages: left.len() }.emit(&self.metrics);
             let tickets: Vec<Ticket> = left.iter().map(|&i| tickets[i]).collect();
             let items: Vec<Item> = left.iter().map(|&i| items[i].clone()).collect();
             self.release(&tickets, &items);

@@ -20,6 +20,8 @@ use super::retry::RetryPolicy;
 use super::s3::S3Sink;
 use super::sqs::SqsSink;
 use super::{Sink, route};
+use crate::aws::requests::Requests;
+use crate::payload::StreamSource;
 use crate::record::Record;
 
 /// What building a sink needs besides its spec.
@@ -35,6 +37,11 @@ pub struct SinkContext {
     /// Cancelled when the reader stops: a record whose delivery has not started by then is not
     /// started at all (it goes back to the queue at once), only those under way are finished.
     pub stopping: CancellationToken,
+    /// What the http and s3 sinks read streamed objects through (the payload stage's reader;
+    /// absent when no payload lives in S3, and then no record carries an object).
+    pub objects: Option<Arc<StreamSource>>,
+    /// Where the AWS sinks' clients count their requests (the reader's `Metrics::requests`).
+    pub requests: Arc<Requests>,
 }
 
 /// Build one sink; errors name fields relative to the sink (`http.url`), see `build_all`.
@@ -50,15 +57,18 @@ pub fn build(spec: &SinkSpec, ctx: &SinkContext) -> Result<Arc<dyn Sink>, SinkBu
     };
     let sink: Arc<dyn Sink> = match block {
         SinkBlock::Http(http) => {
-            let sink = HttpSink::new(name, http, policy)?.stopping(ctx.stopping.clone());
+            let sink = HttpSink::new(name, http, policy)?
+                .stopping(ctx.stopping.clone())
+                .objects(ctx.objects.clone());
             match &http.batch {
                 None => Arc::new(sink),
                 Some(batch) => Arc::new(HttpBatchSink::new(sink, batch)?),
             }
         }
-        SinkBlock::Sqs(sqs) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, policy)?),
+        SinkBlock::Sqs(sqs) => Arc::new(SqsSink::new(name, sqs, &ctx.aws, &ctx.requests, policy)?),
         SinkBlock::S3(s3) => {
-            Arc::new(S3Sink::new(name, s3, &ctx.aws, &ctx.reader_id, policy)?.stopping(ctx.stopping.clone()))
+            let sink = S3Sink::new(name, s3, &ctx.aws, &ctx.requests, &ctx.reader_id, policy)?;
+            Arc::new(sink.stopping(ctx.stopping.clone()).objects(ctx.objects.clone()))
         }
         SinkBlock::Log(log) => Arc::new(LogSink::new(name, log)),
     };
@@ -160,6 +170,8 @@ mod tests {
             retry: RetrySpec::default(),
             aws,
             stopping: CancellationToken::new(),
+            objects: None,
+            requests: Arc::default(),
         }
     }
 

@@ -12,8 +12,7 @@
 //! unique in it, and the readiness watch, the health report and the pollers all ask about the same
 //! sinks; two readers in one process (the tests) must not share them.
 //!
-//! Each change of state is one line (WARN when it opens, INFO when it closes, DEBUG for probes
-//! in between) and the `sink_circuit_state` gauge and `sink_circuit_transitions` counter.
+//! Each change of state is one event (`events::CircuitChanged`: its line and its metrics).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -23,6 +22,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::breaker::{Breaker, State, Transition};
+use super::events::CircuitChanged;
+use crate::process::events::Event;
 use crate::process::metrics::Metrics;
 
 /// Every sink's breaker, by name.
@@ -205,34 +206,10 @@ impl Circuits {
         self.breakers().iter().map(|(name, b)| (name.clone(), b.state())).collect()
     }
 
-    /// One change of state: the line, the metrics, and a wake-up for the held deliveries.
+    /// One change of state: its event (the line, the metrics), and a wake-up for the held
+    /// deliveries.
     fn emit(&self, sink: &str, change: &Transition, reason: Option<&str>, metrics: &Metrics) {
-        metrics.sink_circuit(sink, change.to.gauge(), change.to.name());
-        let (failures, probes_failed) = (change.failures, change.probes_failed);
-        match (change.from, change.to) {
-            (State::Closed, State::Open) => tracing::warn!(
-                sink,
-                failures,
-                reason = reason.unwrap_or_default(),
-                "sink circuit open: {failures} deliveries in a row failed; receiving paused, held messages stay invisible and one probes the sink (1 s, doubling to 30 s)"
-            ),
-            (_, State::Closed) => tracing::info!(
-                sink,
-                failures,
-                probes_failed,
-                "sink circuit closed: a delivery succeeded after {failures} failures; held messages are retried now and receiving resumes"
-            ),
-            (from, to) => {
-                tracing::debug!(
-                    sink,
-                    failures,
-                    probes_failed,
-                    from = from.name(),
-                    to = to.name(),
-                    "sink circuit"
-                )
-            }
-        }
+        CircuitChanged { sink, change, reason }.emit(metrics);
         self.changed.send_modify(|n| *n += 1);
     }
 }

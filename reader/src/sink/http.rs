@@ -36,7 +36,8 @@ use super::secret_file::{self, SecretHeader};
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, cloudevents};
 use crate::payload::FetchError;
-use crate::payload::stream::ObjectBody;
+use crate::payload::StreamSource;
+use crate::payload::stream::{ObjectBody, open};
 use crate::process::sink_stats::SinkStats;
 use crate::process::warnings::Warnings;
 use crate::record::Record;
@@ -62,6 +63,8 @@ pub struct HttpSink {
     pub(super) warnings: Warnings,
     /// The reader is stopping: records still waiting for their first permit are not sent.
     pub(super) stopping: CancellationToken,
+    /// What streamed objects are read through (`SinkContext::objects`).
+    pub(super) objects: Option<Arc<StreamSource>>,
 }
 
 impl HttpSink {
@@ -117,6 +120,7 @@ impl HttpSink {
             stats: Arc::default(),
             warnings: Warnings::default(),
             stopping: CancellationToken::new(),
+            objects: None,
         })
     }
 
@@ -126,9 +130,15 @@ impl HttpSink {
         self
     }
 
+    /// Read streamed objects through `objects` (the payload stage's reader).
+    pub fn objects(mut self, objects: Option<Arc<StreamSource>>) -> Self {
+        self.objects = objects;
+        self
+    }
+
     pub(super) async fn deliver_one(&self, record: &Record) -> Outcome {
         let mut attempts = Attempts::new(&self.policy, &self.stats);
-        // Not started when the reader stops: fail at once, so the drain releases the record
+        // Not started when the reader stops: answer so at once, so the drain releases the record
         // instead of holding it until the requests ahead of it in the queue for permits finish.
         let first = tokio::select! {
             biased;
@@ -136,9 +146,7 @@ impl HttpSink {
             permit = self.limit.acquire() => permit.ok(),
         };
         let Some(mut permit) = first else {
-            return Outcome::Failed {
-                reason: format!("sink {}: not started, the reader is stopping", self.name),
-            };
+            return Outcome::NotStarted;
         };
         loop {
             let error = match self.attempt(record, permit).await {
@@ -187,15 +195,15 @@ impl HttpSink {
         let sent = match &record.object {
             None => request.headers(headers).timeout(self.timeout).body(record.body.clone()).send().await,
             Some(object) => {
-                let reading = object.open().await.map_err(Failure::from_fetch)?;
-                headers.insert(CONTENT_LENGTH, HeaderValue::from(object.size()));
+                let reading = open(self.objects.as_deref(), object).await.map_err(Failure::from_fetch)?;
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(object.size));
                 let progress = Progress::default();
                 let body = streamed_body(reading, progress.clone());
                 tokio::select! {
                     sent = request.headers(headers).body(body).send() => sent,
                     () = progress.stalled(self.timeout) => {
                         self.stats.record_request(started.elapsed());
-                        return Err(Failure::stalled(&object.object.at(), &self.url, self.timeout));
+                        return Err(Failure::stalled(&object.at(), &self.url, self.timeout));
                     }
                 }
             }

@@ -122,8 +122,7 @@ impl HttpBatchSink {
             return self.http.deliver_one(record).await;
         }
         if self.http.stopping.is_cancelled() {
-            let reason = format!("sink {}: not started, the reader is stopping", self.http.name);
-            return Outcome::Failed { reason };
+            return Outcome::NotStarted;
         }
         let event = encode(record, &self.http.event_type);
         let mut attempts = Attempts::new(&self.http.policy, &self.http.stats);

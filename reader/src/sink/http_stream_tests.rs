@@ -16,7 +16,7 @@ use super::http_tests::{Reply, deliver, serve, sink};
 use super::testing::record;
 use super::{Outcome, Sink};
 use crate::config::payload::Bounds;
-use crate::payload::{Fetched, Fetcher};
+use crate::payload::{Fetched, Fetcher, StreamSource};
 use crate::record::Record;
 
 const ETAG: &str = "\"e1\"";
@@ -51,7 +51,8 @@ async fn object(State(pace): State<Pace>, method: Method) -> Response {
 }
 
 /// A record standing for the object a fake S3 serves at `pace`.
-async fn streamed_record(pace: Pace) -> Arc<Record> {
+/// A record of the object `pace` serves, and the reader a sink opens it through.
+async fn streamed_record(pace: Pace) -> (Arc<Record>, Arc<StreamSource>) {
     let app = Router::new().fallback(object).with_state(pace.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -77,7 +78,7 @@ async fn streamed_record(pace: Pace) -> Arc<Record> {
     };
     let mut r = record("big");
     r.object = Some(Arc::new(object));
-    Arc::new(r)
+    (Arc::new(r), fetcher.streams().clone())
 }
 
 fn paced(every: Duration, stall_before: Option<(usize, Duration)>) -> Pace {
@@ -91,8 +92,8 @@ fn paced(every: Duration, stall_before: Option<(usize, Duration)>) -> Pace {
 async fn a_streamed_body_longer_than_the_timeout_is_sent_once_while_it_moves() {
     let (server, url) = serve(|_| Reply::Status(200)).await;
     let pace = paced(Duration::from_millis(100), None);
-    let record = streamed_record(pace.clone()).await;
-    let sink = sink(&url, 1_000, 1, 3);
+    let (record, objects) = streamed_record(pace.clone()).await;
+    let sink = sink(&url, 1_000, 1, 3).objects(Some(objects));
     assert_eq!(deliver(&sink, &[record]).await, vec![Outcome::Delivered]);
     let seen = server.seen.lock().unwrap();
     assert_eq!(seen.len(), 1, "one request");
@@ -106,8 +107,8 @@ async fn a_streamed_body_longer_than_the_timeout_is_sent_once_while_it_moves() {
 async fn no_answer_after_a_streamed_body_times_out() {
     let (server, url) =
         serve(|n| if n == 0 { Reply::SlowOk(Duration::from_secs(3)) } else { Reply::Status(200) }).await;
-    let record = streamed_record(paced(Duration::ZERO, None)).await;
-    let sink = sink(&url, 1_000, 1, 3);
+    let (record, objects) = streamed_record(paced(Duration::ZERO, None)).await;
+    let sink = sink(&url, 1_000, 1, 3).objects(Some(objects));
     assert_eq!(deliver(&sink, &[record]).await, vec![Outcome::Delivered]);
     assert_eq!(server.hits.lock().unwrap().get("big"), Some(&2));
     assert_eq!(sink.stats().map(|s| s.retries()), Some(1));
@@ -118,8 +119,9 @@ async fn no_answer_after_a_streamed_body_times_out() {
 #[tokio::test]
 async fn a_stalled_streamed_body_times_out_with_its_reason() {
     let (server, url) = serve(|_| Reply::Status(200)).await;
-    let record = streamed_record(paced(Duration::ZERO, Some((PIECES / 2, Duration::from_secs(4))))).await;
-    let sink = sink(&url, 1_000, 1, 1);
+    let (record, objects) =
+        streamed_record(paced(Duration::ZERO, Some((PIECES / 2, Duration::from_secs(4))))).await;
+    let sink = sink(&url, 1_000, 1, 1).objects(Some(objects));
     let outcomes = deliver(&sink, &[record]).await;
     let [Outcome::Failed { reason }] = outcomes.as_slice() else { panic!("{outcomes:?}") };
     assert!(

@@ -7,7 +7,8 @@
 //! (`fault::Fault::Sink`: its own retries ran out, or retrying now cannot help, as with a missing
 //! bucket): the record is held in the reader, invisible, and delivered again when the sink's
 //! circuit (`circuit`) lets it; never deleted, never dead-lettered, never handed back for it.
-//! `Redeliver` (exactlyOnce, a record of an epoch the sink already sealed) releases it.
+//! `Redeliver` (exactlyOnce, a record of an epoch the sink already sealed) releases it, and so does
+//! `NotStarted` (the reader stops before the delivery began), at once.
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ pub mod cloudevents;
 pub mod dead_letter;
 mod epochs;
 mod error;
+pub mod events;
 pub mod fault;
 pub mod http;
 pub mod http_batch;
@@ -83,6 +85,10 @@ pub enum Outcome {
     Redeliver {
         reason: String,
     },
+    /// Neither's fault, and nothing was sent: the reader stops before the delivery started
+    /// (`SinkContext::stopping`). Handed back at once, never counted against the sink (not in
+    /// its failures, its health or its circuit).
+    NotStarted,
 }
 
 /// How a sink takes part in the checkpoint protocol (`protocol/PROTOCOL.md`).

@@ -40,9 +40,11 @@ use super::s3_layout::{Layout, StreamedLine, append_line, new_incarnation};
 use super::s3_object::ObjectUpload;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink, SinkError};
-use crate::payload::{FetchError, StreamedObject};
+use crate::aws::requests::Requests;
+use crate::payload::stream::open;
+use crate::payload::{FetchError, StreamSource};
 use crate::process::sink_stats::SinkStats;
-use crate::record::Record;
+use crate::record::{ObjectRef, Record};
 
 /// S3's smallest part (all but the last part of an upload).
 pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
@@ -77,6 +79,8 @@ pub struct S3Sink {
     pub(super) buffers: Mutex<Buffers>,
     /// The reader stops: buffered records are written at once.
     pub(super) stopping: CancellationToken,
+    /// What streamed objects are read through (`SinkContext::objects`).
+    pub(super) objects: Option<Arc<StreamSource>>,
 }
 
 /// A transaction of this process: `(incarnation, epoch)` of its records; the pod is `reader`.
@@ -205,6 +209,7 @@ impl S3Sink {
         name: &str,
         spec: &S3SinkSpec,
         aws: &aws_config::SdkConfig,
+        requests: &Arc<Requests>,
         reader: &str,
         policy: RetryPolicy,
     ) -> Result<Self, SinkBuildError> {
@@ -230,7 +235,7 @@ impl S3Sink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
+        let client = Client::from_conf(config.interceptor(requests.interceptor()).build());
         let sink = Self::with_client(name, client, &spec.bucket, &spec.prefix, reader, policy);
         let layout = Layout::new(&spec.prefix, template, spec.key_time, spec.compression);
         Ok(Self {
@@ -266,6 +271,7 @@ impl S3Sink {
             hints: Hints::from_spec(&S3BufferSpec::default()),
             buffers: Mutex::default(),
             stopping: CancellationToken::new(),
+            objects: None,
         }
     }
 
@@ -278,6 +284,12 @@ impl S3Sink {
     /// Buffered at-least-once records are written at once when `stopping` is cancelled.
     pub fn stopping(mut self, stopping: CancellationToken) -> Self {
         self.stopping = stopping;
+        self
+    }
+
+    /// Read streamed objects through `objects` (the payload stage's reader).
+    pub fn objects(mut self, objects: Option<Arc<StreamSource>>) -> Self {
+        self.objects = objects;
         self
     }
 
@@ -349,9 +361,10 @@ impl S3Sink {
         &self,
         upload: &mut ObjectUpload,
         record: &Record,
-        object: &StreamedObject,
+        object: &ObjectRef,
     ) -> Result<(), (Copying, Option<StreamedLine>)> {
-        let mut reading = object.open().await.map_err(|e| (Copying::Fetch(e), None))?;
+        let mut reading =
+            open(self.objects.as_deref(), object).await.map_err(|e| (Copying::Fetch(e), None))?;
         // Room for a part and the piece that completes it, up front: a buffer grown by doubling
         // past `part_bytes` would hold twice the part.
         let room = self.part_bytes + STREAM_PIECE_ROOM;

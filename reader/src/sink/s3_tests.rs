@@ -70,7 +70,7 @@ impl Bucket {
         let retry =
             RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
         change(&mut spec);
-        S3Sink::new("archive", &spec, aws, reader, RetryPolicy::from_spec(&retry))
+        S3Sink::new("archive", &spec, aws, &Arc::default(), reader, RetryPolicy::from_spec(&retry))
             .unwrap()
             .with_max_wait(std::time::Duration::from_millis(300))
     }

@@ -35,6 +35,7 @@ use super::sqs_attributes::{self, PACKED, data_type};
 use super::sqs_offload::Offload;
 use super::url::parse_http_url;
 use super::{EpochSupport, Outcome, Sink};
+use crate::aws::requests::Requests;
 use crate::process::sink_stats::SinkStats;
 use crate::process::warnings::{WINDOW, Warnings};
 use crate::record::Record;
@@ -65,6 +66,7 @@ impl SqsSink {
         name: &str,
         spec: &SqsSinkSpec,
         aws: &aws_config::SdkConfig,
+        requests: &Arc<Requests>,
         policy: RetryPolicy,
     ) -> Result<Self, SinkBuildError> {
         parse_http_url(&spec.queue_url).map_err(|m| SinkBuildError::new("sqs.queueUrl", m))?;
@@ -76,10 +78,10 @@ impl SqsSink {
         if let Some(region) = &spec.region {
             config = config.region(Region::new(region.clone()));
         }
-        let client = Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build());
+        let client = Client::from_conf(config.interceptor(requests.interceptor()).build());
         let offload = match &spec.offload {
             Some(offload) => {
-                Some(Offload::new(offload, spec.endpoint.as_deref(), spec.region.as_deref(), aws)?)
+                Some(Offload::new(offload, spec.endpoint.as_deref(), spec.region.as_deref(), aws, requests)?)
             }
             None => None,
         };

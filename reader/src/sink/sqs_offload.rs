@@ -15,6 +15,7 @@ use sluice_crds::SqsOffloadSpec;
 use super::error::SinkBuildError;
 use super::url::parse_http_url;
 use crate::aws::describe;
+use crate::aws::requests::Requests;
 use crate::payload::pointer;
 use crate::record::Record;
 
@@ -32,6 +33,7 @@ impl Offload {
         sink_endpoint: Option<&str>,
         region: Option<&str>,
         aws: &aws_config::SdkConfig,
+        requests: &Arc<Requests>,
     ) -> Result<Self, SinkBuildError> {
         let mut config = aws_sdk_s3::config::Builder::from(aws)
             .retry_config(RetryConfig::disabled())
@@ -46,7 +48,7 @@ impl Offload {
             config = config.region(Region::new(region.to_owned()));
         }
         Ok(Self {
-            client: Client::from_conf(config.interceptor(crate::aws::requests::COUNT_REQUESTS).build()),
+            client: Client::from_conf(config.interceptor(requests.interceptor()).build()),
             bucket: spec.bucket.clone(),
             threshold: usize::try_from(spec.threshold_bytes).unwrap_or(usize::MAX),
         })

@@ -38,7 +38,7 @@ fn sink(aws: &aws_config::SdkConfig, queue_url: &str) -> SqsSink {
         offload: None,
     };
     let retry = RetrySpec { max_attempts: 3, initial_delay_ms: 10, max_delay_ms: 50, ..RetrySpec::default() };
-    SqsSink::new("forward", &spec, aws, RetryPolicy::from_spec(&retry)).unwrap()
+    SqsSink::new("forward", &spec, aws, &Arc::default(), RetryPolicy::from_spec(&retry)).unwrap()
 }
 
 type Received = (String, Option<String>, BTreeMap<String, String>);

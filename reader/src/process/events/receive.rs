@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Event, Fault};
+use super::{About, Event, Fault, warn};
 use crate::process::metrics::{Metrics, queue_name};
 
 /// Why a receive failed.
@@ -43,15 +43,11 @@ impl Event for ReceiveFailed<'_> {
         metrics.fault(fault);
         let queue = queue_name(self.queue_url);
         metrics.health.receive_failed(queue, &self.error.to_string());
-        if let Some(failures) = metrics.health.warnings().due(queue, kind) {
-            let (error, retry_ms) = (self.error, self.retry_in.as_millis() as u64);
-            tracing::warn!(
-                queue,
-                failures,
-                retry_in_ms = retry_ms,
-                "receive from queue {queue} failed ({failures} in up to {} s): {error}; backing off",
-                crate::process::warnings::WINDOW.as_secs()
-            );
-        }
+        warn(metrics, About::Queue(queue), kind, |failures, window| {
+            let (error, retry_ms) = (self.error, self.retry_in.as_millis());
+            format!(
+                "receive from queue {queue} failed ({failures} in up to {window} s): {error}; backing off {retry_ms} ms"
+            )
+        });
     }
 }

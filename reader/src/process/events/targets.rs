@@ -1,9 +1,28 @@
-//! The targets a source names (sink queues, the dead-letter queue, buckets), as the start check
-//! finds them: a missing one is counted, named in a WARN line with its field, and keeps the reader
-//! not ready until every one is found.
+//! The queues and targets a source names (sink queues, the dead-letter queue, buckets), as the
+//! start finds them: an unreachable queue or a missing target is counted and named in a WARN
+//! line, and keeps the reader not ready until it is there.
 
-use super::{Event, Fault};
+use std::time::Duration;
+
+use super::{About, Event, Fault, warn};
 use crate::process::metrics::Metrics;
+
+/// The source's queues could not be reached at start (`outage` says which and why); the reader
+/// stays not ready and connects again after `retry_in`.
+pub struct StartUnreachable<'a> {
+    pub outage: &'a str,
+    pub retry_in: Duration,
+}
+
+impl Event for StartUnreachable<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.fault(Fault::StartUnreachable);
+        let (outage, retry_ms) = (self.outage, self.retry_in.as_millis());
+        warn(metrics, About::Reader("start"), "unreachable", |failures, window| {
+            format!("{outage} ({failures} in up to {window} s); not ready, trying again in {retry_ms} ms")
+        });
+    }
+}
 
 /// The target at `field` is missing or forbidden; `line` says which and what to do.
 pub struct TargetMissing<'a> {
