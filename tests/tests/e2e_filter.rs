@@ -26,6 +26,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use sluice_tests::localstack::{LocalStack, TestQueue, sqs_client};
 use sluice_tests::poll::{Check, until};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
 
 const MESSAGES: u64 = 1000;
@@ -78,23 +79,18 @@ async fn send_mixed(queue: &TestQueue) -> Result<()> {
     Ok(())
 }
 
-fn source_yaml(
+/// The source of these tests: one queue, long polls of 1 s, the http `sinks` (name, url) and
+/// `FILTER`, whose mismatches `filter` decides.
+fn source(
     name: &str,
     queue: &TestQueue,
     endpoint: &str,
-    fate: &str,
     sinks: &[(&str, String)],
-) -> String {
-    let sinks: String = sinks
-        .iter()
-        .map(|(name, url)| {
-            format!("    - name: {name}\n      http:\n        url: {url}\n        timeoutMs: 5000\n")
-        })
-        .collect();
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n  sinks:\n{sinks}  filter:\n    expression: \"{FILTER}\"\n{fate}",
-        url = queue.url,
-    )
+    filter: impl FnOnce(SourceYaml) -> SourceYaml,
+) -> SourceYaml {
+    let source = SourceYaml::bare(name, &queue.url, endpoint).wait_time(1);
+    let source = sinks.iter().fold(source, |s, (name, url)| s.sink(name, Sink::http(url).timeout_ms(5000)));
+    filter(source)
 }
 
 /// The reader's `sluice_reader_filter_messages_total` for `outcome` (0 when absent).
@@ -152,11 +148,8 @@ async fn delete_run(endpoint: &str, exactly_once: bool) -> Result<()> {
     send_mixed(&queue).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let mut yaml =
-        source_yaml(name, &queue, endpoint, "    onMismatch: delete\n", &[("matches", sink.url())]);
-    if exactly_once {
-        yaml.push_str("  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n");
-    }
+    let source = source(name, &queue, endpoint, &[("matches", sink.url())], |s| s.filter_deleting(FILTER));
+    let yaml = if exactly_once { source.exactly_once(1) } else { source }.yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     wait_filtered(&reader, "deleted", MESSAGES - MATCHING).await?;
@@ -183,8 +176,10 @@ async fn release_run(endpoint: &str) -> Result<()> {
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
     // Released for 5 s at least: long enough that this reader is stopped before most come back.
-    let fate = "    onMismatch: release\n    releaseDelaySeconds: 5\n";
-    let yaml = source_yaml("filter-release", &queue, endpoint, fate, &[("matches", sink.url())]);
+    let yaml = source("filter-release", &queue, endpoint, &[("matches", sink.url())], |s| {
+        s.filter_releasing(FILTER, 5)
+    })
+    .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     wait_filtered(&reader, "released", MESSAGES - MATCHING).await?;
@@ -230,7 +225,7 @@ async fn route_run(endpoint: &str) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let sinks = [("matches", sink.url()), ("others", others.url())];
     let yaml =
-        source_yaml("filter-route", &queue, endpoint, "    onMismatch: route\n    routeTo: others\n", &sinks);
+        source("filter-route", &queue, endpoint, &sinks, |s| s.filter_routing(FILTER, "others")).yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     others.wait_for_distinct(MESSAGES - MATCHING, WITHIN).await.with_context(|| reader.log())?;
