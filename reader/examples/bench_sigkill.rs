@@ -36,6 +36,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use clap::Parser;
+use sluice_tests::source::{Sink as SinkSpec, SourceYaml};
 
 #[derive(Parser)]
 #[command(about = "duplicates per SIGKILL of sluice-reader, two builds side by side, on LocalStack")]
@@ -135,12 +136,10 @@ async fn one_run(
     *sink.seen.lock().unwrap_or_else(|e| e.into_inner()) = HashMap::new();
     let name = format!("bench-kill-{}", fastrand::u32(..));
     let url = queue::create(client, &name).await?;
-    let yaml = format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bench}}\nspec:\n  \
-         queues: [{{url: '{url}', endpoint: '{}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: 30000, concurrency: 32}}}}]\n",
-        a.endpoint
-    );
+    let yaml = SourceYaml::bare("bench", &url, &a.endpoint)
+        .wait_time(1)
+        .sink("web", SinkSpec::http(sink_url).timeout_ms(30_000).concurrency(32))
+        .yaml();
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut first = start_reader(binary, &dir, &yaml, 1)?;
     let sent = produce(client, &url, a).await;

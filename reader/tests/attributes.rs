@@ -3,7 +3,7 @@
 //! message with SQS's maximum of 10 attributes keeps all ten when dead-lettered (the reason is
 //! then left out, as the CRD docs say), while one with fewer gets its reason packed beside them.
 //!
-//! Without LocalStack it prints SKIPPED and passes.
+//! LocalStack is started when it does not answer (`sluice_tests::localstack`).
 
 #[allow(dead_code)]
 #[path = "support/load_metrics.rs"]
@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
+use sluice_tests::localstack::{Outgoing, QueueOptions, TestQueue, fresh_queue};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
-use support::sqs::Sqs;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -51,29 +52,29 @@ fn assert_same(
 
 #[tokio::test]
 async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("attr-src", false, 30).await;
-    let dlq = sqs.queue("attr-dlq", false, 30).await;
-    let out = sqs.queue("attr-out", false, 30).await;
+    let (endpoint, queue) = fresh_queue("attr-src", 30).await.expect("LocalStack and a queue");
+    let dlq = TestQueue::create_with(queue.client(), "attr-dlq", false, &QueueOptions::visibility(30))
+        .await
+        .unwrap();
+    let out = TestQueue::create_with(queue.client(), "attr-out", false, &QueueOptions::visibility(30))
+        .await
+        .unwrap();
     // Poison (400 at the http sink) with 10 and with 8 attributes; a good one routed to sqs.
     let cases = [("poison-ten", 10), ("poison-eight", 8), ("forward-ten", 10)];
-    for (body, n) in cases {
-        let mut send = sqs.client.send_message().queue_url(&queue).message_body(body);
-        for (name, value) in attributes(n) {
-            send = send.message_attributes(name, value);
-        }
-        send.send().await.unwrap();
-    }
+    let messages = cases.map(|(body, n)| {
+        attributes(n)
+            .into_iter()
+            .fold(Outgoing::new(body), |m, (name, value)| m.attribute_value(&name, value))
+    });
+    queue.send_messages(messages, 1).await.unwrap();
     // Both sinks take every message; the http sink refuses `poison*` (400): dead-lettered.
-    let yaml = format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{e}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks:\n  - {{name: web, http: {{url: 'http://{addr}/'}}}}\n  \
-         - {{name: out, sqs: {{queueUrl: '{out}', endpoint: '{e}'}}}}\n  \
-         deadLetterSink: {{name: dlq, sqs: {{queueUrl: '{dlq}', endpoint: '{e}'}}}}\n",
-        e = sqs.endpoint
-    );
+    let yaml = SourceYaml::bare("it", &queue.url, &endpoint)
+        .wait_time(1)
+        .sink("web", Sink::http(&format!("http://{addr}/")))
+        .sink("out", Sink::sqs(&out.url, &endpoint))
+        .dead_letter("dlq", Sink::sqs(&dlq.url, &endpoint))
+        .yaml();
     let mut reader = Reader::start(&yaml, &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 60 * SECOND).await;
     assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
@@ -87,7 +88,7 @@ async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
 
-    let forwarded = sqs.drain(&out).await;
+    let forwarded = out.drain_messages().await.unwrap();
     assert_eq!(forwarded.len(), 3, "the sqs sink forwarded every message");
     for m in &forwarded {
         let n = cases.iter().find(|(b, _)| Some(*b) == m.body()).map(|(_, n)| *n).unwrap();
@@ -95,7 +96,7 @@ async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
         assert_eq!(got.len(), n, "{:?}: every attribute forwarded", m.body());
         assert_same(&attributes(n), &got);
     }
-    let dead = sqs.drain(&dlq).await;
+    let dead = dlq.drain_messages().await.unwrap();
     assert_eq!(dead.len(), 2, "both poison messages dead-lettered");
     for m in &dead {
         let got = m.message_attributes().cloned().unwrap_or_default();
@@ -110,7 +111,7 @@ async fn dead_letters_and_the_sqs_sink_keep_attribute_types_up_to_ten() {
                 let packed = got["sluice-dead-letter"].string_value().unwrap();
                 let packed: serde_json::Value = serde_json::from_str(packed).unwrap();
                 assert!(packed["reason"].as_str().unwrap().contains("400"), "{packed}");
-                assert_eq!(packed["sourceQueue"], queue.as_str());
+                assert_eq!(packed["sourceQueue"], queue.url.as_str());
             }
             other => panic!("unexpected dead letter {other:?}"),
         }

@@ -5,15 +5,15 @@ mod support;
 
 use std::time::Duration;
 
+use sluice_tests::localstack::{LocalStack, Outgoing, fresh_queue};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
-use support::sqs::Sqs;
 
 const QUEUE: &str = "http://127.0.0.1:4566/queue/us-east-1/000000000000/absent";
 
-fn spec(queues: &str, sinks: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bad}}\nspec:\n  queues: {queues}\n  sinks: {sinks}\n"
-    )
+/// A source `bad` reading `queue` at `endpoint` into a `log` sink.
+fn source(queue: &str, endpoint: &str) -> SourceYaml {
+    SourceYaml::bare("bad", queue, endpoint).sink("l", Sink::log())
 }
 
 async fn exits_2_naming(yaml: &str, field: &str) {
@@ -26,14 +26,15 @@ async fn exits_2_naming(yaml: &str, field: &str) {
 
 #[tokio::test]
 async fn a_malformed_queue_url_is_named() {
-    exits_2_naming(&spec("[{url: 'queue please'}]", "[{name: l, log: {}}]"), "spec.queues[0].url").await;
+    let yaml = source("queue please", "").without_endpoint().yaml();
+    exits_2_naming(&yaml, "spec.queues[0].url").await;
 }
 
 /// An endpoint that does not answer is an outage, not a mistake in the spec: the reader stays up,
 /// not ready, names the field in a WARN line, tries again, and stops cleanly when told.
 #[tokio::test]
 async fn an_unreachable_endpoint_is_retried_while_not_ready() {
-    let yaml = spec(&format!("[{{url: '{QUEUE}', endpoint: 'http://127.0.0.1:9'}}]"), "[{name: l, log: {}}]");
+    let yaml = source(QUEUE, "http://127.0.0.1:9").yaml();
     let mut reader = Reader::start(&yaml, &[]);
     let mut warnings = 0;
     for _ in 0..200 {
@@ -57,27 +58,24 @@ async fn an_unreachable_endpoint_is_retried_while_not_ready() {
 
 #[tokio::test]
 async fn an_unknown_field_is_named() {
-    let yaml = spec(&format!("[{{url: '{QUEUE}', colour: blue}}]"), "[{name: l, log: {}}]");
+    let yaml = source(QUEUE, "").without_endpoint().queue_field("colour", "blue").yaml_unchecked();
     exits_2_naming(&yaml, "colour").await;
 }
 
 #[tokio::test]
 async fn a_malformed_sink_url_is_named_and_nothing_is_received() {
-    let Some(sqs) = Sqs::connect().await else { return };
-    let queue = sqs.queue("c1-badsink", false, 30).await;
-    sqs.send(&queue, &[("keep-me".to_string(), None)]).await;
-    let yaml = spec(
-        &format!("[{{url: '{queue}', endpoint: '{}'}}]", sqs.endpoint),
-        "[{name: web, http: {url: 'http//missing-colon'}}]",
-    );
+    let (endpoint, queue) = fresh_queue("c1-badsink", 30).await.expect("LocalStack and a queue");
+    queue.send_messages([Outgoing::new("keep-me")], 1).await.unwrap();
+    let yaml =
+        SourceYaml::bare("bad", &queue.url, &endpoint).sink("web", Sink::http("http//missing-colon")).yaml();
     exits_2_naming(&yaml, "spec.sinks[0].http.url").await;
-    assert_eq!(sqs.counts(&queue).await, (1, 0), "the message is untouched");
+    assert_eq!(queue.approximate_counts().await.unwrap().pair(), (1, 0), "the message is untouched");
 }
 
 #[tokio::test]
 async fn a_missing_queue_is_named() {
-    let Some(sqs) = Sqs::connect().await else { return };
-    let url = format!("{}/queue/us-east-1/000000000000/c1-never-created-{}", sqs.endpoint, fastrand::u64(..));
-    let yaml = spec(&format!("[{{url: '{url}', endpoint: '{}'}}]", sqs.endpoint), "[{name: l, log: {}}]");
+    let endpoint = LocalStack::ensure().await.expect("LocalStack");
+    let url = format!("{}/queue/us-east-1/000000000000/c1-never-created-{}", endpoint, fastrand::u64(..));
+    let yaml = source(&url, &endpoint).yaml();
     exits_2_naming(&yaml, "spec.queues[0].url").await;
 }

@@ -5,7 +5,7 @@
 //! the bounds asserted are generous (a loaded machine must not fail them), the figures are what
 //! to read.
 //!
-//! Without LocalStack they print SKIPPED and pass.
+//! LocalStack is started when it does not answer (`sluice_tests::localstack`).
 
 mod support;
 
@@ -15,43 +15,37 @@ use sluice_crds::{HELD_REPORT_KEY, HeldReport};
 use sluice_protocol::lease_configmap_name;
 use sluice_tests::controlplane::{Config, ControlPlane, kubeconfig};
 use sluice_tests::latency_proxy::{Delay, LatencyProxy};
+use sluice_tests::localstack::{Outgoing, TestQueue, fresh_queue};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
-use support::sqs::Sqs;
 
 const SECOND: Duration = Duration::from_secs(1);
 
-fn spec(queue: &str, endpoint: &str, sink_url: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 20}}\n  \
-         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: 30000, concurrency: 4}}}}]\n  \
-         delivery: {{retry: {{maxAttempts: 1}}}}\n"
-    )
+/// The readers' source: 20 s long polls, a slow http sink taking four at a time, no retries.
+fn spec(queue: &TestQueue, endpoint: &str, sink_url: &str) -> SourceYaml {
+    SourceYaml::bare("it", &queue.url, endpoint)
+        .wait_time(20)
+        .sink("web", Sink::http(sink_url).timeout_ms(30_000).concurrency(4))
+        .retry_max_attempts(1)
 }
 
 /// Poll (bounded) until at least `visible` messages are visible; the time it took.
-async fn until_visible(sqs: &Sqs, queue: &str, visible: u64, within: Duration) -> (Duration, (u64, u64)) {
+async fn until_visible(queue: &TestQueue, visible: u64, within: Duration) -> (Duration, (u64, u64)) {
     let started = Instant::now();
-    loop {
-        let counts = sqs.counts(queue).await;
-        if counts.0 >= visible || started.elapsed() >= within {
-            return (started.elapsed(), counts);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let counts =
+        queue.wait_counts(within, Duration::from_millis(20), |c| c.visible >= visible).await.unwrap();
+    (started.elapsed(), counts.pair())
 }
 
 #[tokio::test]
 async fn sigterm_releases_unstarted_messages_at_once_and_finishes_those_under_way() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
     // A long visibility timeout: only an explicit release makes a message visible quickly.
-    let queue = sqs.queue("drain-slow", false, 600).await;
-    let bodies: Vec<(String, Option<String>)> = (0..30).map(|i| (format!("wait-4000-{i}"), None)).collect();
-    sqs.send(&queue, &bodies).await;
+    let (endpoint, queue) = fresh_queue("drain-slow", 600).await.expect("LocalStack and a queue");
+    queue.send_messages((0..30).map(|i| Outgoing::new(format!("wait-4000-{i}"))), 1).await.unwrap();
     let mut reader = Reader::start(
-        &spec(&queue, &sqs.endpoint, &format!("http://{addr}/")),
+        &spec(&queue, &endpoint, &format!("http://{addr}/")).yaml(),
         &["--shutdown-deadline-seconds=30"],
     );
     let received = reader.wait_metric("sluice_reader_received_messages_total", 30.0, 30 * SECOND).await;
@@ -60,7 +54,7 @@ async fn sigterm_releases_unstarted_messages_at_once_and_finishes_those_under_wa
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopped = Instant::now();
     reader.sigterm();
-    let (released_after, counts) = until_visible(&sqs, &queue, 26, 10 * SECOND).await;
+    let (released_after, counts) = until_visible(&queue, 26, 10 * SECOND).await;
     println!(
         "drain: {} of 30 visible again {released_after:?} after SIGTERM (in flight {})",
         counts.0, counts.1
@@ -72,18 +66,16 @@ async fn sigterm_releases_unstarted_messages_at_once_and_finishes_those_under_wa
     println!("drain: exited {exited_after:?} after SIGTERM (deliveries under way take 4 s)");
     let delivered = sink.received().len();
     assert_eq!(delivered, 4, "the deliveries under way were finished, nothing else was started");
-    let settled = sqs.wait_counts(&queue, (26, 0), 5 * SECOND).await;
+    let settled = queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (26, 0)).await.unwrap().pair();
     assert_eq!(settled, (26, 0), "the four delivered were deleted, the rest are visible");
 }
 
 #[tokio::test]
 async fn an_idle_reader_exits_when_its_long_polls_land() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("drain-idle", false, 30).await;
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
-        .replace("waitTimeSeconds: 20", "waitTimeSeconds: 2");
-    let mut reader = Reader::start(&yaml, &[]);
+    let (endpoint, queue) = fresh_queue("drain-idle", 30).await.expect("LocalStack and a queue");
+    let mut reader =
+        Reader::start(&spec(&queue, &endpoint, &format!("http://{addr}/")).wait_time(2).yaml(), &[]);
     reader.admin().await;
     // Let the pollers start their long polls (2 s) on the empty queue.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -110,9 +102,8 @@ async fn held_report(api: &str, name: &str) -> Option<HeldReport> {
 /// its report is stale.
 #[tokio::test]
 async fn a_cluster_reader_reports_draining_before_it_exits() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("drain-report", false, 30).await;
+    let (endpoint, queue) = fresh_queue("drain-report", 30).await.expect("LocalStack and a queue");
     let api = ControlPlane::start(Config::default()).await.unwrap();
     let slow = LatencyProxy::start(api.addr(), Delay::round_trip(SECOND, 0), None).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -121,8 +112,7 @@ async fn a_cluster_reader_reports_draining_before_it_exits() {
     let pod = "it-reader-0";
     let env = [("KUBECONFIG", config.to_str().unwrap()), ("POD_NAME", pod)];
     // 1 s long polls: the drain does not wait long for them to land.
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
-        .replace("waitTimeSeconds: 20", "waitTimeSeconds: 1");
+    let yaml = spec(&queue, &endpoint, &format!("http://{addr}/")).wait_time(1).yaml();
     let mut reader = Reader::start_with_env(&yaml, &["--coordination=kubernetes"], "info", &env);
     let lease = lease_configmap_name("it", pod);
     let started = Instant::now();
@@ -151,20 +141,17 @@ async fn a_cluster_reader_reports_draining_before_it_exits() {
 /// within seconds.
 #[tokio::test]
 async fn messages_sent_while_a_stopping_reader_has_long_polls_out_stay_visible() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("drain-polls", false, 60).await;
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"))
-        .replace("waitTimeSeconds: 20}", "waitTimeSeconds: 20, pollers: 4}");
+    let (endpoint, queue) = fresh_queue("drain-polls", 60).await.expect("LocalStack and a queue");
+    let yaml = spec(&queue, &endpoint, &format!("http://{addr}/")).pollers(4).yaml();
     let mut reader = Reader::start(&yaml, &[]);
     let polls = reader.wait_metric("sluice_reader_receive_calls_total", 4.0, 30 * SECOND).await;
     assert!(polls >= 4.0, "the pollers never sent their long polls; stderr:\n{}", reader.stderr());
     reader.sigterm();
     // Past the moment a stopping reader used to hang up on a poll it had nothing to hand back for.
     tokio::time::sleep(SECOND).await;
-    let bodies: Vec<(String, Option<String>)> = (0..20).map(|i| (format!("late-{i}"), None)).collect();
-    sqs.send(&queue, &bodies).await;
-    let (visible_after, counts) = until_visible(&sqs, &queue, 20, 15 * SECOND).await;
+    queue.send_messages((0..20).map(|i| Outgoing::new(format!("late-{i}"))), 1).await.unwrap();
+    let (visible_after, counts) = until_visible(&queue, 20, 15 * SECOND).await;
     let code = reader.exit_code(30 * SECOND).await;
     println!(
         "drain: 20 messages sent 1 s after SIGTERM, {} visible {visible_after:?} later (in flight {})",

@@ -5,16 +5,17 @@
 //! instead: it is received once and retried in the reader, well within the same bound. Nothing is
 //! lost either way.
 //!
-//! Each test makes its own queues; without LocalStack they print SKIPPED and pass (see
-//! `support::sqs`).
+//! Each test makes its own queues; LocalStack is started when it does not answer
+//! (`sluice_tests::localstack`).
 
 mod support;
 
 use std::time::Duration;
 
+use sluice_tests::localstack::{Outgoing, QueueOptions, TestQueue, fresh_queue, s3_client};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
-use support::sqs::Sqs;
 
 const SECOND: Duration = Duration::from_secs(1);
 /// How long each fault is held.
@@ -22,26 +23,25 @@ const FAULT: Duration = Duration::from_secs(30);
 /// Receives of one message within [`FAULT`] under the schedule 1 + 2 + 4 + 8 + 16 s.
 const RECEIVES_PER_MESSAGE: f64 = 5.0;
 
-fn spec(queue: &str, endpoint: &str, sink_url: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: 2000}}}}]\n  \
-         delivery: {{retry: {{maxAttempts: 1}}}}\n{extra}"
-    )
+/// The source of these tests: long polls of 1 s, the `web` http sink at `sink_url`, one delivery
+/// attempt before a message is released on the backoff schedule.
+fn source(queue: &TestQueue, endpoint: &str, sink_url: &str) -> SourceYaml {
+    SourceYaml::bare("it", &queue.url, endpoint)
+        .wait_time(1)
+        .sink("web", Sink::http(sink_url).timeout_ms(2000))
+        .retry_max_attempts(1)
 }
 
-fn poison(n: usize) -> Vec<(String, Option<String>)> {
-    (0..n).map(|i| (format!("poison-{i}"), None)).collect()
+fn poison(n: usize) -> Vec<Outgoing> {
+    (0..n).map(|i| Outgoing::new(format!("poison-{i}"))).collect()
 }
 
 #[tokio::test]
 async fn a_permanently_rejecting_sink_is_retried_on_the_backoff_schedule() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("e1-reject", false, 30).await;
-    sqs.send(&queue, &poison(3)).await;
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), "");
+    let (endpoint, queue) = fresh_queue("e1-reject", 30).await.expect("LocalStack and a queue");
+    queue.send_messages(poison(3), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/")).yaml();
     let mut reader = Reader::start(&yaml, &["--unready-after-seconds=5"]);
     reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
     tokio::time::sleep(FAULT).await;
@@ -57,25 +57,24 @@ async fn a_permanently_rejecting_sink_is_retried_on_the_backoff_schedule() {
     assert!((1..=5).contains(&warnings), "{warnings} WARN lines; stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
-    let (visible, in_flight) = sqs.counts(&queue).await;
+    let (visible, in_flight) = queue.approximate_counts().await.unwrap().pair();
     assert_eq!(visible + in_flight, 3, "nothing is lost");
     assert!(sink.received().is_empty());
 }
 
 #[tokio::test]
 async fn a_missing_dead_letter_queue_backs_off_until_it_exists() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("e1-nodlq", false, 30).await;
-    let dlq = sqs.queue("e1-dlq", false, 30).await;
-    let dlq_name = dlq.rsplit('/').next().unwrap().to_owned();
-    sqs.client.delete_queue().queue_url(&dlq).send().await.unwrap();
-    sqs.send(&queue, &poison(3)).await;
-    let extra = format!(
-        "  deadLetterSink: {{name: dlq, sqs: {{queueUrl: '{dlq}', endpoint: '{}'}}}}\n",
-        sqs.endpoint
-    );
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), &extra), &[]);
+    let (endpoint, queue) = fresh_queue("e1-nodlq", 30).await.expect("LocalStack and a queue");
+    let dlq =
+        TestQueue::create_with(queue.client(), "e1-dlq", false, &QueueOptions::visibility(30)).await.unwrap();
+    let (dlq_name, dlq_url) = (dlq.name.clone(), dlq.url.clone());
+    dlq.delete().await.unwrap();
+    queue.send_messages(poison(3), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"))
+        .dead_letter("dlq", Sink::sqs(&dlq_url, &endpoint))
+        .yaml();
+    let mut reader = Reader::start(&yaml, &[]);
     reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
     tokio::time::sleep(FAULT).await;
     let received = reader.metric("sluice_reader_received_messages_total").await;
@@ -87,29 +86,29 @@ async fn a_missing_dead_letter_queue_backs_off_until_it_exists() {
 
     // The fault is removed: the next receive of each message dead-letters it (the last delay
     // was at most 16 s, the one before the next receive at most 32 s).
-    let recreated = sqs.client.create_queue().queue_name(&dlq_name).send().await.unwrap().queue_url.unwrap();
-    assert_eq!(recreated, dlq);
+    let dlq = TestQueue::create_named(queue.client(), &dlq_name, &QueueOptions::default()).await.unwrap();
+    assert_eq!(dlq.url, dlq_url);
     let dead = reader.wait_metric("sluice_reader_dead_lettered_messages_total", 3.0, 50 * SECOND).await;
     assert_eq!(dead, 3.0, "stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
-    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
-    assert_eq!(sqs.drain(&dlq).await.len(), 3, "nothing is lost");
+    assert_eq!(
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (0, 0)).await.unwrap().pair(),
+        (0, 0)
+    );
+    assert_eq!(dlq.drain_messages().await.unwrap().len(), 3, "nothing is lost");
 }
 
 #[tokio::test]
 async fn a_missing_bucket_backs_off_until_it_exists() {
-    let Some(sqs) = Sqs::connect().await else { return };
-    let queue = sqs.queue("e1-nobucket", false, 30).await;
+    let (endpoint, queue) = fresh_queue("e1-nobucket", 30).await.expect("LocalStack and a queue");
     let bucket = format!("e1-nobucket-{}", fastrand::u64(..));
-    sqs.send(&queue, &[("one".into(), None), ("two".into(), None), ("three".into(), None)]).await;
-    let yaml = format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks: [{{name: out, s3: {{bucket: '{bucket}', endpoint: '{endpoint}'}}}}]\n  \
-         delivery: {{retry: {{maxAttempts: 1}}}}\n",
-        endpoint = sqs.endpoint
-    );
+    queue.send_messages(["one", "two", "three"].map(Outgoing::new), 1).await.unwrap();
+    let yaml = SourceYaml::bare("it", &queue.url, &endpoint)
+        .wait_time(1)
+        .sink("out", Sink::s3_bucket(&bucket, &endpoint))
+        .retry_max_attempts(1)
+        .yaml();
     let mut reader = Reader::start(&yaml, &["--unready-after-seconds=5"]);
     reader.wait_metric("sluice_reader_received_messages_total", 3.0, 30 * SECOND).await;
     tokio::time::sleep(FAULT).await;
@@ -123,14 +122,7 @@ async fn a_missing_bucket_backs_off_until_it_exists() {
     assert!(received <= 3.0 * RECEIVES_PER_MESSAGE, "{received} receives; stderr:\n{}", reader.stderr());
 
     // The fault is removed: every message is written and deleted on its next receive.
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(&sqs.endpoint)
-        .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "tests"))
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(config).create_bucket().bucket(&bucket).send().await.unwrap();
+    s3_client(&endpoint).create_bucket().bucket(&bucket).send().await.unwrap();
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 3.0, 50 * SECOND).await;
     assert_eq!(deleted, 3.0, "stderr:\n{}", reader.stderr());
     let mut ready_again = false;
@@ -144,7 +136,11 @@ async fn a_missing_bucket_backs_off_until_it_exists() {
     assert!(ready_again, "ready again once deliveries succeed; stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
-    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0), "nothing is lost");
+    assert_eq!(
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (0, 0)).await.unwrap().pair(),
+        (0, 0),
+        "nothing is lost"
+    );
 }
 
 async fn ready(reader: &mut Reader) -> bool {

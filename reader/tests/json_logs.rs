@@ -1,27 +1,26 @@
 //! `--log-format json` on a real reader process: every stderr line is one JSON object of the
 //! shape both binaries share, and the receive and delivery lines name the source, its namespace,
-//! the queue and the sink. Without LocalStack it prints SKIPPED and passes.
+//! the queue and the sink. LocalStack is started when it does not
+//! answer.
 
 mod support;
 
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_tests::localstack::{Outgoing, fresh_queue};
 use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
-use support::sqs::Sqs;
 
 const SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn json_lines_carry_source_namespace_queue_and_sink() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("json-logs", false, 30).await;
-    let messages: Vec<(String, Option<String>)> = (0..5).map(|i| (format!("log-{i}"), None)).collect();
-    sqs.send(&queue, &messages).await;
-    let yaml = SourceYaml::bare("orders", &queue, &sqs.endpoint)
+    let (endpoint, queue) = fresh_queue("json-logs", 30).await.expect("LocalStack and a queue");
+    queue.send_messages((0..5).map(|i| Outgoing::new(format!("log-{i}"))), 1).await.unwrap();
+    let yaml = SourceYaml::bare("orders", &queue.url, &endpoint)
         .namespace("shop")
         .wait_time(1)
         .sink("web", Sink::http(&format!("http://{addr}/")).timeout_ms(2000))
@@ -44,7 +43,7 @@ async fn json_lines_carry_source_namespace_queue_and_sink() {
         assert_eq!(line["source"], "orders", "{line}");
         assert_eq!(line["namespace"], "shop", "{line}");
     }
-    let queue_name = queue.rsplit('/').next().unwrap();
+    let queue_name = queue.name.as_str();
     let received: Vec<&Value> = lines.iter().filter(|l| l["message"] == "received").collect();
     assert!(!received.is_empty(), "a receive line: {stderr}");
     for line in received {

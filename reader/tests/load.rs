@@ -6,20 +6,21 @@
 //! assigned on send (none lost), the queue's own counts plus one last receive (all deleted), arrival
 //! times at the receiver (the rate). The tests run one at a time (they would otherwise compete for
 //! the one LocalStack and blur the rate measurement), each bounded by timeouts, each on queues of
-//! its own that are deleted afterwards. LocalStack must be running: they fail, not skip, without it.
+//! its own that are deleted afterwards. LocalStack is started when it does not answer; they fail,
+//! never skip, without it.
 
 #[path = "support/flaky_sink.rs"]
 mod flaky_sink;
 #[path = "support/load_metrics.rs"]
 mod load_metrics;
-#[path = "support/load_sqs.rs"]
-mod load_sqs;
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use flaky_sink::{Faults, FlakySink};
-use load_sqs::LoadSqs;
+use sluice_tests::localstack::{Outgoing, TestQueue, fresh_queue};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -27,26 +28,37 @@ const SECOND: Duration = Duration::from_secs(1);
 /// One load test at a time in this binary.
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn spec(queue: &str, endpoint: &str, sink_url: &str, timeout_ms: u64, extra: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: load}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  \
-         receive: {{waitTimeSeconds: 1, pollers: 4}}\n  \
-         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: {timeout_ms}, concurrency: 32}}}}]\n{extra}"
-    )
+/// The source of these tests: four pollers with long polls of 1 s into the `web` http sink at
+/// `sink_url`, 32 requests at a time, each given `timeout_ms`.
+fn source(queue: &TestQueue, endpoint: &str, sink_url: &str, timeout_ms: u64) -> SourceYaml {
+    SourceYaml::bare("load", &queue.url, endpoint)
+        .wait_time(1)
+        .pollers(4)
+        .sink("web", Sink::http(sink_url).timeout_ms(timeout_ms).concurrency(32))
+}
+
+/// Sends `count` bodies `{prefix}-{i}`, eight batches at a time; returns the MessageIds SQS assigned.
+async fn fill(queue: &TestQueue, prefix: &str, count: usize) -> BTreeSet<String> {
+    let ids = queue
+        .send_messages((0..count).map(|i| Outgoing::new(format!("{prefix}-{i}"))), 8)
+        .await
+        .expect("send");
+    let ids: BTreeSet<String> = ids.into_iter().collect();
+    assert_eq!(ids.len(), count, "SQS assigned {} distinct ids to {count} messages", ids.len());
+    ids
 }
 
 /// Every sent id reached the sink, and SQS holds nothing any more.
 async fn assert_none_lost_and_all_deleted(
-    sqs: &LoadSqs,
-    queue: &str,
+    queue: &TestQueue,
     sink: &FlakySink,
-    sent: &std::collections::BTreeSet<String>,
+    sent: &BTreeSet<String>,
     reader: &Reader,
 ) {
-    let counts = sqs.wait_empty(queue, 30 * SECOND).await;
-    assert_eq!(counts, (0, 0), "(visible, in flight) left in the queue; stderr:\n{}", reader.stderr());
-    assert_eq!(sqs.final_receive(queue).await, 0, "a last receive still found messages");
+    let counts = queue.wait_counts(30 * SECOND, SECOND / 4, |c| c.pair() == (0, 0)).await.expect("counts");
+    assert_eq!(counts.pair(), (0, 0), "(visible, in flight) left in the queue; stderr:\n{}", reader.stderr());
+    let last = queue.peek(2 * SECOND).await.expect("ReceiveMessage");
+    assert_eq!(last.len(), 0, "a last receive still found messages");
     let seen = sink.ids();
     let lost: Vec<&String> = sent.difference(&seen).take(5).collect();
     assert!(lost.is_empty(), "{} sent ids never reached the sink, e.g. {lost:?}", sent.len() - seen.len());
@@ -56,16 +68,15 @@ async fn assert_none_lost_and_all_deleted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_messages_all_delivered_all_deleted() {
     let _one_at_a_time = HEAVY.lock().await;
-    let sqs = LoadSqs::connect().await;
     let (sink, url) = FlakySink::start(Faults::default()).await;
-    let queue = sqs.queue("c3-10k", 30).await;
-    let sent = sqs.fill(&queue.url, "load", 10_000).await;
+    let (endpoint, queue) = fresh_queue("c3-10k", 30).await.expect("LocalStack and a queue");
+    let sent = fill(&queue, "load", 10_000).await;
 
     let started = Instant::now();
-    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 5000, ""), &[]);
+    let mut reader = Reader::start(&source(&queue, &endpoint, &url, 5000).yaml(), &[]);
     let figures = sink.wait_distinct(10_000, 180 * SECOND).await;
     assert_eq!(figures.distinct, 10_000, "{figures:?}; stderr:\n{}", reader.stderr());
-    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &reader).await;
+    assert_none_lost_and_all_deleted(&queue, &sink, &sent, &reader).await;
     let took = started.elapsed();
     let deleted = reader.metric("sluice_reader_deleted_messages_total").await;
     println!(
@@ -77,23 +88,23 @@ async fn ten_thousand_messages_all_delivered_all_deleted() {
     assert!(deleted >= 10_000.0, "the reader counted {deleted} deletes");
     reader.sigterm();
     assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    queue.delete().await.expect("DeleteQueue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_slow_sink_loses_nothing_and_duplicates_are_counted() {
     let _one_at_a_time = HEAVY.lock().await;
     const N: usize = 2_000;
-    let sqs = LoadSqs::connect().await;
     // 30% answered 503; 3% recorded but answered after 1.5 s, past the reader's 500 ms timeout.
     let faults = Faults { fail_ratio: 0.30, slow_ratio: 0.03, slow_ms: 1500, delay_ms: 0 };
     let (sink, url) = FlakySink::start(faults).await;
-    let queue = sqs.queue("c3-flaky", 30).await;
-    let sent = sqs.fill(&queue.url, "flaky", N).await;
+    let (endpoint, queue) = fresh_queue("c3-flaky", 30).await.expect("LocalStack and a queue");
+    let sent = fill(&queue, "flaky", N).await;
 
-    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 500, ""), &[]);
+    let mut reader = Reader::start(&source(&queue, &endpoint, &url, 500).yaml(), &[]);
     let figures = sink.wait_distinct(N as u64, 150 * SECOND).await;
     assert_eq!(figures.distinct, N as u64, "{figures:?}; stderr:\n{}", reader.stderr());
-    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &reader).await;
+    assert_none_lost_and_all_deleted(&queue, &sink, &sent, &reader).await;
 
     let admin = reader.admin().await;
     let figures = sink.figures();
@@ -127,19 +138,19 @@ async fn a_failing_slow_sink_loses_nothing_and_duplicates_are_counted() {
     assert!(figures.duplicates >= figures.answered_late, "{figures:?}");
     reader.sigterm();
     assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    queue.delete().await.expect("DeleteQueue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_run_loses_nothing_after_a_restart() {
     let _one_at_a_time = HEAVY.lock().await;
     const N: usize = 3_000;
-    let sqs = LoadSqs::connect().await;
     // Every delivery takes 20 ms, so plenty is in flight when the kill lands.
     let (sink, url) = FlakySink::start(Faults { delay_ms: 20, ..Faults::default() }).await;
     // Short visibility: what the killed reader held comes back within seconds.
-    let queue = sqs.queue("c3-sigkill", 5).await;
-    let sent = sqs.fill(&queue.url, "kill", N).await;
-    let yaml = spec(&queue.url, &sqs.endpoint, &url, 5000, "");
+    let (endpoint, queue) = fresh_queue("c3-sigkill", 5).await.expect("LocalStack and a queue");
+    let sent = fill(&queue, "kill", N).await;
+    let yaml = source(&queue, &endpoint, &url, 5000).yaml();
 
     let mut first = Reader::start(&yaml, &[]);
     let deleted =
@@ -149,7 +160,7 @@ async fn sigkill_mid_run_loses_nothing_after_a_restart() {
     // Dropping the handle sends SIGKILL to this reader's PID (std's Child::kill) and reaps it.
     drop(first);
     let at_kill = sink.figures();
-    let (visible, hidden) = sqs.counts(&queue.url).await;
+    let (visible, hidden) = queue.approximate_counts().await.expect("counts").pair();
     println!(
         "sigkill: killed with {in_flight} in flight after {deleted} deletes; sink had {} distinct; \
          queue then {visible} visible, {hidden} in flight",
@@ -161,7 +172,7 @@ async fn sigkill_mid_run_loses_nothing_after_a_restart() {
     let mut second = Reader::start(&yaml, &[]);
     let figures = sink.wait_distinct(N as u64, 150 * SECOND).await;
     assert_eq!(figures.distinct, N as u64, "{figures:?}; stderr:\n{}", second.stderr());
-    assert_none_lost_and_all_deleted(&sqs, &queue.url, &sink, &sent, &second).await;
+    assert_none_lost_and_all_deleted(&queue, &sink, &sent, &second).await;
     println!(
         "sigkill: after the restart {} distinct, {} duplicates at the sink (delivered, not yet deleted \
          when killed)",
@@ -169,6 +180,7 @@ async fn sigkill_mid_run_loses_nothing_after_a_restart() {
     );
     second.sigterm();
     assert_eq!(second.exit_code(30 * SECOND).await, 0, "stderr:\n{}", second.stderr());
+    queue.delete().await.expect("DeleteQueue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,13 +189,12 @@ async fn a_rate_limit_is_a_ceiling_held_to_ten_percent_over_ten_seconds() {
     const RATE: usize = 100;
     const WARM_UP: Duration = Duration::from_secs(3);
     const WINDOW: Duration = Duration::from_secs(10);
-    let sqs = LoadSqs::connect().await;
     let (sink, url) = FlakySink::start(Faults::default()).await;
-    let queue = sqs.queue("c3-rate", 30).await;
+    let (endpoint, queue) = fresh_queue("c3-rate", 30).await.expect("LocalStack and a queue");
     // Enough that the queue never runs dry: the 1 s burst, warm-up, window, and a margin.
-    sqs.fill(&queue.url, "rate", RATE * 18).await;
-    let extra = format!("  rateLimit: {{messagesPerSecond: {RATE}, burstSeconds: 1}}\n");
-    let mut reader = Reader::start(&spec(&queue.url, &sqs.endpoint, &url, 5000, &extra), &[]);
+    fill(&queue, "rate", RATE * 18).await;
+    let yaml = source(&queue, &endpoint, &url, 5000).rate_limit_burst(RATE as u32, 1).yaml();
+    let mut reader = Reader::start(&yaml, &[]);
 
     let started = Instant::now();
     let first = loop {
@@ -210,4 +221,5 @@ async fn a_rate_limit_is_a_ceiling_held_to_ten_percent_over_ten_seconds() {
     assert!(observed >= RATE as f64 * 0.5, "observed {observed:.1} msgs/s: under half the limit of {RATE}/s");
     reader.sigterm();
     assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
+    queue.delete().await.expect("DeleteQueue");
 }

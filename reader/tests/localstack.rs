@@ -2,72 +2,78 @@
 //! failOnError, the SIGTERM drain, FIFO group order.
 //!
 //! Each test makes its own queues, so the tests run in parallel; each is bounded by timeouts.
-//! Without LocalStack (SLUICE_LOCALSTACK_ENDPOINT, default http://127.0.0.1:4566) they print
-//! SKIPPED and pass.
+//! LocalStack (SLUICE_LOCALSTACK_ENDPOINT, default http://127.0.0.1:4566) is started when it does not
+//! answer (`sluice_tests::localstack`).
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use sluice_tests::localstack::{LocalStack, Outgoing, QueueOptions, TestQueue, fresh_queue, sqs_client};
+use sluice_tests::source::{Sink, SourceYaml};
 use support::process::Reader;
 use support::sink_server::SinkServer;
-use support::sqs::Sqs;
 
 const SECOND: Duration = Duration::from_secs(1);
 
-fn spec(queue: &str, endpoint: &str, sink_url: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: it}}\nspec:\n  \
-         queues: [{{url: '{queue}', endpoint: '{endpoint}'}}]\n  receive: {{waitTimeSeconds: 1}}\n  \
-         sinks: [{{name: web, http: {{url: '{sink_url}', timeoutMs: 2000}}}}]\n{extra}"
-    )
+/// The source of these tests: one queue, long polls of 1 s, the `web` http sink at `sink_url`
+/// with `timeout_ms`.
+fn source(queue: &TestQueue, endpoint: &str, sink_url: &str, timeout_ms: u64) -> SourceYaml {
+    SourceYaml::bare("it", &queue.url, endpoint)
+        .wait_time(1)
+        .sink("web", Sink::http(sink_url).timeout_ms(timeout_ms))
 }
 
-fn bodies(prefix: &str, n: usize) -> Vec<(String, Option<String>)> {
-    (0..n).map(|i| (format!("{prefix}-{i}"), None)).collect()
+fn bodies(prefix: &str, n: usize) -> Vec<Outgoing> {
+    (0..n).map(|i| Outgoing::new(format!("{prefix}-{i}"))).collect()
 }
 
 #[tokio::test]
 async fn delivers_every_message_then_deletes_it() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-deliver", false, 30).await;
-    sqs.send(&queue, &bodies("msg", 300)).await;
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), ""), &[]);
+    let (endpoint, queue) = fresh_queue("c1-deliver", 30).await.expect("LocalStack and a queue");
+    queue.send_messages(bodies("msg", 300), 1).await.unwrap();
+    let mut reader = Reader::start(&source(&queue, &endpoint, &format!("http://{addr}/"), 2000).yaml(), &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 300.0, 60 * SECOND).await;
     assert_eq!(deleted, 300.0, "stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
-    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
+    assert_eq!(
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (0, 0)).await.unwrap().pair(),
+        (0, 0)
+    );
     let ids: BTreeSet<String> = sink.received().into_iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 300, "every message reached the sink");
 }
 
 #[tokio::test]
 async fn poison_goes_to_the_dead_letter_queue_with_its_reason() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-poison", false, 30).await;
-    let dlq = sqs.queue("c1-dlq", false, 30).await;
-    let mut messages: Vec<(String, Option<String>)> =
-        (0..20).map(|i| (format!("{{\"n\":{i}}}"), None)).collect();
-    messages.push(("not json".into(), None));
-    messages.push(("poison-1".into(), None)); // not JSON either: poison before any sink
-    messages.push(("\"poison-2\"".into(), None)); // valid JSON, the sink answers 400
-    sqs.send(&queue, &messages).await;
-    let extra = format!(
-        "  payload: {{format: json}}\n  deadLetterSink: {{name: dlq, sqs: {{queueUrl: '{dlq}', endpoint: '{}'}}}}\n",
-        sqs.endpoint
-    );
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), &extra), &[]);
+    let (endpoint, queue) = fresh_queue("c1-poison", 30).await.expect("LocalStack and a queue");
+    let dlq =
+        TestQueue::create_with(queue.client(), "c1-dlq", false, &QueueOptions::visibility(30)).await.unwrap();
+    let mut bodies: Vec<String> = (0..20).map(|i| format!("{{\"n\":{i}}}")).collect();
+    bodies.push("not json".into());
+    bodies.push("poison-1".into()); // not JSON either: poison before any sink
+    bodies.push("\"poison-2\"".into()); // valid JSON, the sink answers 400
+    let messages = bodies.into_iter().map(|body| Outgoing::new(body).attribute("origin", "test"));
+    queue.send_messages(messages, 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 2000)
+        .payload_format("json")
+        .dead_letter("dlq", Sink::sqs(&dlq.url, &endpoint))
+        .yaml();
+    let mut reader = Reader::start(&yaml, &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 23.0, 60 * SECOND).await;
     assert_eq!(deleted, 23.0, "stderr:\n{}", reader.stderr());
     assert_eq!(reader.metric("sluice_reader_dead_lettered_messages_total").await, 3.0);
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0);
-    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
-    let dead = sqs.drain(&dlq).await;
+    assert_eq!(
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (0, 0)).await.unwrap().pair(),
+        (0, 0)
+    );
+    let dead = dlq.drain_messages().await.unwrap();
     let mut reasons: BTreeMap<String, String> = BTreeMap::new();
     for m in &dead {
         let attrs = m.message_attributes().unwrap();
@@ -84,17 +90,16 @@ async fn poison_goes_to_the_dead_letter_queue_with_its_reason() {
 
 #[tokio::test]
 async fn fail_on_error_stops_with_exit_3_and_keeps_the_poison() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-failonerror", false, 30).await;
+    let (endpoint, queue) = fresh_queue("c1-failonerror", 30).await.expect("LocalStack and a queue");
     let mut messages = bodies("ok", 9);
-    messages.insert(4, ("poison-stop".into(), None));
-    sqs.send(&queue, &messages).await;
-    let extra = "  delivery: {failOnError: true}\n";
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra), &[]);
+    messages.insert(4, Outgoing::new("poison-stop"));
+    queue.send_messages(messages, 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 2000).fail_on_error().yaml();
+    let mut reader = Reader::start(&yaml, &[]);
     assert_eq!(reader.exit_code(30 * SECOND).await, 3, "stderr:\n{}", reader.stderr());
     assert!(reader.stderr().contains("failOnError"), "{}", reader.stderr());
-    let left = sqs.drain(&queue).await;
+    let left = queue.drain_messages().await.unwrap();
     let bodies: Vec<&str> = left.iter().filter_map(|m| m.body()).collect();
     let stderr = reader.stderr();
     assert!(
@@ -105,14 +110,11 @@ async fn fail_on_error_stops_with_exit_3_and_keeps_the_poison() {
 
 #[tokio::test]
 async fn sigterm_releases_undelivered_messages_at_once() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
     // A long visibility timeout: only an explicit release can make them visible quickly.
-    let queue = sqs.queue("c1-sigterm", false, 600).await;
-    sqs.send(&queue, &bodies("slow", 20)).await;
-    let extra = "  delivery: {retry: {maxAttempts: 1}}\n";
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra)
-        .replace("timeoutMs: 2000", "timeoutMs: 120000");
+    let (endpoint, queue) = fresh_queue("c1-sigterm", 600).await.expect("LocalStack and a queue");
+    queue.send_messages(bodies("slow", 20), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 120_000).retry_max_attempts(1).yaml();
     let mut reader = Reader::start(&yaml, &["--shutdown-deadline-seconds=3"]);
     let received = reader.wait_metric("sluice_reader_received_messages_total", 20.0, 30 * SECOND).await;
     assert_eq!(received, 20.0);
@@ -121,7 +123,7 @@ async fn sigterm_releases_undelivered_messages_at_once() {
     assert_eq!(reader.exit_code(15 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
     assert!(started.elapsed() < 8 * SECOND, "the drain keeps to its deadline: {:?}", started.elapsed());
     assert_eq!(
-        sqs.wait_counts(&queue, (20, 0), 5 * SECOND).await,
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (20, 0)).await.unwrap().pair(),
         (20, 0),
         "all 20 visible again, none deleted"
     );
@@ -129,17 +131,18 @@ async fn sigterm_releases_undelivered_messages_at_once() {
 
 #[tokio::test]
 async fn fifo_groups_keep_their_order() {
-    let Some(sqs) = Sqs::connect().await else { return };
+    let endpoint = LocalStack::ensure().await.expect("LocalStack");
+    let sqs = sqs_client(&endpoint);
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-fifo", true, 30).await;
+    let queue = TestQueue::create_with(&sqs, "c1-fifo", true, &QueueOptions::visibility(30)).await.unwrap();
     let mut messages = Vec::new();
     for seq in 0..30 {
         for group in 0..5 {
-            messages.push((format!("g{group}-{seq:03}"), Some(format!("g{group}"))));
+            messages.push(Outgoing::new(format!("g{group}-{seq:03}")).in_group(format!("g{group}")));
         }
     }
-    sqs.send(&queue, &messages).await;
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), ""), &[]);
+    queue.send_messages(messages, 1).await.unwrap();
+    let mut reader = Reader::start(&source(&queue, &endpoint, &format!("http://{addr}/"), 2000).yaml(), &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 150.0, 90 * SECOND).await;
     assert_eq!(deleted, 150.0, "stderr:\n{}", reader.stderr());
     reader.sigterm();
@@ -160,13 +163,11 @@ async fn fifo_groups_keep_their_order() {
 
 #[tokio::test]
 async fn the_heartbeat_keeps_slow_messages_invisible() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
     // Visibility 2 s, deliveries take 5 s: without extensions every message would come back.
-    let queue = sqs.queue("c1-heartbeat", false, 2).await;
-    sqs.send(&queue, &bodies("wait-5000", 5)).await;
-    let yaml = spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), "")
-        .replace("timeoutMs: 2000", "timeoutMs: 10000");
+    let (endpoint, queue) = fresh_queue("c1-heartbeat", 2).await.expect("LocalStack and a queue");
+    queue.send_messages(bodies("wait-5000", 5), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 10_000).yaml();
     let mut reader = Reader::start(&yaml, &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 5.0, 30 * SECOND).await;
     assert_eq!(deleted, 5.0, "stderr:\n{}", reader.stderr());
@@ -179,30 +180,31 @@ async fn the_heartbeat_keeps_slow_messages_invisible() {
 
 #[tokio::test]
 async fn exactly_once_standalone_deletes_after_each_epoch_commits() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-epochs", false, 30).await;
-    sqs.send(&queue, &bodies("epoch", 100)).await;
-    let extra = "  delivery: {guarantee: exactlyOnce, checkpointIntervalSeconds: 1}\n";
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra), &[]);
+    let (endpoint, queue) = fresh_queue("c1-epochs", 30).await.expect("LocalStack and a queue");
+    queue.send_messages(bodies("epoch", 100), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 2000).exactly_once(1).yaml();
+    let mut reader = Reader::start(&yaml, &[]);
     let deleted = reader.wait_metric("sluice_reader_deleted_messages_total", 100.0, 60 * SECOND).await;
     assert_eq!(deleted, 100.0, "stderr:\n{}", reader.stderr());
     reader.sigterm();
     assert_eq!(reader.exit_code(20 * SECOND).await, 0);
-    assert_eq!(sqs.wait_counts(&queue, (0, 0), 5 * SECOND).await, (0, 0));
+    assert_eq!(
+        queue.wait_counts(5 * SECOND, SECOND / 5, |c| c.pair() == (0, 0)).await.unwrap().pair(),
+        (0, 0)
+    );
     let ids: BTreeSet<String> = sink.received().into_iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 100);
 }
 
 #[tokio::test]
 async fn the_rate_limit_holds_deliveries_back() {
-    let Some(sqs) = Sqs::connect().await else { return };
     let (_sink, addr) = SinkServer::start().await;
-    let queue = sqs.queue("c1-rate", false, 30).await;
-    sqs.send(&queue, &bodies("rate", 150)).await;
-    let extra = "  rateLimit: {messagesPerSecond: 50}\n";
+    let (endpoint, queue) = fresh_queue("c1-rate", 30).await.expect("LocalStack and a queue");
+    queue.send_messages(bodies("rate", 150), 1).await.unwrap();
+    let yaml = source(&queue, &endpoint, &format!("http://{addr}/"), 2000).rate_limit(50).yaml();
     let started = std::time::Instant::now();
-    let mut reader = Reader::start(&spec(&queue, &sqs.endpoint, &format!("http://{addr}/"), extra), &[]);
+    let mut reader = Reader::start(&yaml, &[]);
     let delivered = reader.wait_metric("sluice_reader_delivered_messages_total", 150.0, 30 * SECOND).await;
     let took = started.elapsed();
     assert_eq!(delivered, 150.0);

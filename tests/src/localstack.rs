@@ -12,7 +12,7 @@
 
 mod queue;
 
-pub use queue::{QueueCounts, QueueOptions, Redrive, SendOptions, TestQueue, body_for, seq_of};
+pub use queue::{Outgoing, QueueCounts, QueueOptions, Redrive, SendOptions, TestQueue, body_for, seq_of};
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -122,6 +122,15 @@ async fn launch(port: u16) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ))
     }
+}
+
+/// A fresh standard queue `PREFIX-RANDOM` with `visibility_seconds`, on the shared LocalStack
+/// ([`LocalStack::ensure`] starts it when it does not answer); answers the endpoint with it.
+pub async fn fresh_queue(prefix: &str, visibility_seconds: u32) -> Result<(String, TestQueue)> {
+    let endpoint = LocalStack::ensure().await?;
+    let options = QueueOptions::visibility(visibility_seconds);
+    let queue = TestQueue::create_with(&sqs_client(&endpoint), prefix, false, &options).await?;
+    Ok((endpoint, queue))
 }
 
 /// An SQS client for LocalStack: static test credentials, [`REGION`], no shared config files read.

@@ -87,6 +87,11 @@ impl SourceYaml {
         self.set("receive", "maxMessages", max)
     }
 
+    /// `receive.batchWindowMilliseconds`: how long a poller gathers a batch before handing it on.
+    pub fn batch_window(self, ms: u32) -> Self {
+        self.set("receive", "batchWindowMilliseconds", ms)
+    }
+
     /// `receive.visibilityTimeoutSeconds`.
     pub fn visibility_timeout(self, seconds: u32) -> Self {
         self.set("receive", "visibilityTimeoutSeconds", seconds)
@@ -105,27 +110,27 @@ impl SourceYaml {
 
     /// `delivery.guarantee: atLeastOnce`, written out.
     pub fn at_least_once(self) -> Self {
-        self.set("delivery", "guarantee", "atLeastOnce")
+        self.guarantee("atLeastOnce")
     }
 
     /// `delivery.guarantee: exactlyOnce` with a checkpoint every `interval_seconds`.
     pub fn exactly_once(self, interval_seconds: u32) -> Self {
-        self.set("delivery", "guarantee", "exactlyOnce").set(
-            "delivery",
-            "checkpointIntervalSeconds",
-            interval_seconds,
-        )
+        self.guarantee("exactlyOnce").checkpoint_interval(interval_seconds)
+    }
+
+    /// `delivery.guarantee` by its name in the CRD (`atLeastOnce`, `exactlyOnce`).
+    pub fn guarantee(self, guarantee: &str) -> Self {
+        self.set("delivery", "guarantee", guarantee)
+    }
+
+    /// `delivery.checkpointIntervalSeconds`.
+    pub fn checkpoint_interval(self, seconds: u32) -> Self {
+        self.set("delivery", "checkpointIntervalSeconds", seconds)
     }
 
     /// Adds a sink named `name` to `spec.sinks`.
     pub fn sink(mut self, name: &str, sink: Sink) -> Self {
-        let mut entry = Map::new();
-        entry.insert("name".to_owned(), json!(name));
-        entry.insert(sink.kind.to_owned(), Value::Object(sink.fields));
-        if let Some(route) = sink.route {
-            entry.insert("route".to_owned(), route);
-        }
-        let entry = Value::Object(entry);
+        let entry = sink.entry(name);
         self.doc["spec"]["sinks"].as_array_mut().expect("spec.sinks is a list").push(entry);
         self
     }
@@ -181,18 +186,133 @@ impl SourceYaml {
         self.set("filter", "expression", expression).set("filter", "onMismatch", "delete")
     }
 
-    /// The manifest as YAML. Panics if it does not parse as an SqsSource: a test built it wrong.
-    /// `delivery.unreadyAfterSeconds`: how long a fault lasts before the reader reports not ready.
+    /// `filter.onMismatch: route` with `filter.routeTo: sink`.
+    pub fn filter_routing(self, expression: &str, sink: &str) -> Self {
+        self.set("filter", "expression", expression)
+            .set("filter", "onMismatch", "route")
+            .set("filter", "routeTo", sink)
+    }
+
+    /// `filter.onMismatch: release` with `filter.releaseDelaySeconds`.
+    pub fn filter_releasing(self, expression: &str, delay_seconds: u32) -> Self {
+        self.set("filter", "expression", expression).set("filter", "onMismatch", "release").set(
+            "filter",
+            "releaseDelaySeconds",
+            delay_seconds,
+        )
+    }
+
+    /// `filter.onError`: the fate of a message the expression fails on (`deadLetter`, `mismatch`).
+    pub fn filter_on_error(self, fate: &str) -> Self {
+        self.set("filter", "onError", fate)
+    }
+
+    /// `reader.logLevel`.
+    pub fn log_level(self, level: &str) -> Self {
+        self.set("reader", "logLevel", level)
+    }
+
+    /// `delivery.retry.maxAttempts`: 1 hands a failed delivery straight to the release backoff.
+    pub fn retry_max_attempts(mut self, attempts: u32) -> Self {
+        self.doc["spec"]["delivery"]["retry"]["maxAttempts"] = attempts.into();
+        self
+    }
+
+    /// `delivery.retry` on a fixed schedule without jitter: `attempts` tries `delay_ms` apart.
+    pub fn retry_fixed(mut self, attempts: u32, delay_ms: u64) -> Self {
+        self.doc["spec"]["delivery"]["retry"] = json!({"strategy": "fixed", "maxAttempts": attempts, "initialDelayMs": delay_ms, "jitter": false});
+        self
+    }
+
+    /// `delivery.unreadyAfterSeconds`: how long without a delivery before a reader turns unready.
     pub fn unready_after(self, seconds: u32) -> Self {
         self.set("delivery", "unreadyAfterSeconds", seconds)
     }
 
+    /// `delivery.failOnError: true`: the reader exits on a failed delivery instead of retrying.
+    pub fn fail_on_error(self) -> Self {
+        self.set("delivery", "failOnError", true)
+    }
+
+    /// `rateLimit.messagesPerSecond` with `rateLimit.burstSeconds`.
+    pub fn rate_limit_burst(self, messages_per_second: u32, burst_seconds: u32) -> Self {
+        self.rate_limit(messages_per_second).set("rateLimit", "burstSeconds", burst_seconds)
+    }
+
+    /// `payload.format` (`json`, `s3Notification`, ...).
+    pub fn payload_format(self, format: &str) -> Self {
+        self.set("payload", "format", format)
+    }
+
+    /// `payload.s3.endpoint`: where S3 payloads (Extended Client pointers, notified objects) are read.
+    pub fn payload_s3(mut self, endpoint: &str) -> Self {
+        self.doc["spec"]["payload"]["s3"]["endpoint"] = json!(endpoint);
+        self
+    }
+
+    /// `payload.s3.region`.
+    pub fn payload_region(mut self, region: &str) -> Self {
+        self.doc["spec"]["payload"]["s3"]["region"] = json!(region);
+        self
+    }
+
+    /// `payload.s3.buckets`: the only buckets a pointer may name.
+    pub fn payload_buckets(mut self, buckets: &[&str]) -> Self {
+        self.doc["spec"]["payload"]["s3"]["buckets"] = json!(buckets);
+        self
+    }
+
+    /// `payload.streamAboveBytes`.
+    pub fn stream_above(self, bytes: usize) -> Self {
+        self.set("payload", "streamAboveBytes", bytes)
+    }
+
+    /// `payload.extendedClient.deleteObjects: true`.
+    pub fn delete_payload_objects(mut self) -> Self {
+        self.doc["spec"]["payload"]["extendedClient"]["deleteObjects"] = json!(true);
+        self
+    }
+
+    /// `spec.deadLetterSink`: the sink named `name` that takes what cannot be delivered.
+    pub fn dead_letter(mut self, name: &str, sink: Sink) -> Self {
+        self.doc["spec"]["deadLetterSink"] = sink.entry(name);
+        self
+    }
+
+    /// `spec.replay` as given (a replay request).
+    pub fn replay(mut self, replay: Value) -> Self {
+        self.doc["spec"]["replay"] = replay;
+        self
+    }
+
+    /// The first queue without its `endpoint` (the AWS default).
+    pub fn without_endpoint(mut self) -> Self {
+        if let Some(queue) = self.doc["spec"]["queues"][0].as_object_mut() {
+            queue.remove("endpoint");
+        }
+        self
+    }
+
+    /// A field of the first queue set to anything, misspelt names included: for the tests of what
+    /// the reader refuses (render those with [`Self::yaml_unchecked`]).
+    pub fn queue_field(mut self, field: &str, value: impl Into<Value>) -> Self {
+        self.doc["spec"]["queues"][0][field] = value.into();
+        self
+    }
+
+    /// The manifest as YAML. Panics if it does not parse as an SqsSource: a test built it wrong.
     pub fn yaml(&self) -> String {
-        let yaml = serde_yaml::to_string(&self.doc).expect("a JSON tree renders as YAML");
+        let yaml = self.yaml_unchecked();
         if let Err(e) = serde_yaml::from_str::<SqsSource>(&yaml) {
             panic!("the SqsSource a test built does not parse: {e}\n{yaml}");
         }
         yaml
+    }
+
+    /// The manifest as YAML, not checked: only for a test that hands the reader a manifest it must
+    /// refuse.
+    pub fn yaml_unchecked(&self) -> String {
+        serde_yaml::to_string(&self.doc).expect("a JSON tree renders as YAML")
     }
 
     fn set(mut self, section: &str, field: &str, value: impl Into<Value>) -> Self {
@@ -219,20 +339,22 @@ impl Sink {
 
     /// An `s3` sink writing under `prefix` in `bucket` at `endpoint` (region us-east-1).
     pub fn s3(bucket: &str, prefix: &str, endpoint: &str) -> Self {
-        Self::of(
-            "s3",
-            json!({"bucket": bucket, "prefix": prefix, "endpoint": endpoint, "region": "us-east-1"}),
-        )
+        Self::s3_bucket(bucket, endpoint).with("prefix", prefix).with("region", "us-east-1")
+    }
+
+    /// An `s3` sink writing to `bucket` at `endpoint`, prefix and region left to their defaults.
+    pub fn s3_bucket(bucket: &str, endpoint: &str) -> Self {
+        Self::of("s3", json!({"bucket": bucket, "endpoint": endpoint}))
+    }
+
+    /// A `log` sink: every message written to the reader's log.
+    pub fn log() -> Self {
+        Self::of("log", json!({}))
     }
 
     /// An `sqs` sink forwarding to `queue_url` at `endpoint`.
     pub fn sqs(queue_url: &str, endpoint: &str) -> Self {
         Self::of("sqs", json!({"queueUrl": queue_url, "endpoint": endpoint}))
-    }
-
-    /// A `log` sink: one line per record on the reader's output.
-    pub fn log() -> Self {
-        Self::of("log", json!({}))
     }
 
     /// `timeoutMs` of an http sink.
@@ -273,6 +395,27 @@ impl Sink {
     pub fn route(mut self, attribute: &str, values: &[&str]) -> Self {
         self.route = Some(json!({"attribute": attribute, "values": values}));
         self
+    }
+
+    /// `batch` of an http sink: up to `max_events` per request, waiting at most `max_wait_ms`.
+    pub fn batch(self, max_events: u32, max_wait_ms: u64) -> Self {
+        self.with("batch", json!({"maxEvents": max_events, "maxWaitMilliseconds": max_wait_ms}))
+    }
+
+    /// `offload.bucket` of an sqs sink: bodies over SQS's limit go to `bucket` (Extended Client).
+    pub fn offload(self, bucket: &str) -> Self {
+        self.with("offload", json!({"bucket": bucket}))
+    }
+
+    /// The `{name, KIND: fields}` entry of a sink list.
+    fn entry(self, name: &str) -> Value {
+        let mut entry = Map::new();
+        entry.insert("name".to_owned(), json!(name));
+        entry.insert(self.kind.to_owned(), Value::Object(self.fields));
+        if let Some(route) = self.route {
+            entry.insert("route".to_owned(), route);
+        }
+        Value::Object(entry)
     }
 
     fn of(kind: &'static str, fields: Value) -> Self {

@@ -14,6 +14,7 @@ use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
 use sluice_tests::poll::{Check, until};
 use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::{Reader, python};
 
 const KIB: usize = 1024;
@@ -62,22 +63,14 @@ async fn wait_deleted(reader: &Reader, want: f64) -> Result<()> {
     .await
 }
 
-/// The source's YAML: one queue, an http sink, `payload` and `extra` sections as given.
-fn source_yaml(
-    name: &str,
-    queue: &TestQueue,
-    endpoint: &str,
-    http: &str,
-    payload: &str,
-    extra: &str,
-) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n  payload:\n    s3:\n      endpoint: {endpoint}\n{payload}  sinks:\n    - name: webhook\n      http:\n        url: {http}\n{extra}",
-        url = queue.url,
-    )
+/// The source of these tests: one queue, long polls of 1 s, Extended Client payloads read from
+/// `endpoint`, the `webhook` http sink at `http`.
+fn source(name: &str, queue: &TestQueue, endpoint: &str, http: &str) -> SourceYaml {
+    SourceYaml::bare(name, &queue.url, endpoint)
+        .wait_time(1)
+        .payload_s3(endpoint)
+        .sink("webhook", Sink::http(http))
 }
-
-const DELETE_OBJECTS: &str = "    extendedClient:\n      deleteObjects: true\n";
 
 async fn object_count(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<usize> {
     Ok(s3.list_objects_v2().bucket(bucket).send().await?.key_count().unwrap_or(0) as usize)
@@ -112,15 +105,16 @@ async fn objects_go_with_their_messages_only_when_asked() -> Result<()> {
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let bodies: Vec<String> = (0..MESSAGES as u64).map(|i| text_body(300 * KIB, i)).collect();
     let mut runs = Vec::new();
-    for (name, payload) in [("xc-delete", DELETE_OBJECTS), ("xc-keep", "")] {
+    for (name, delete_objects) in [("xc-delete", true), ("xc-keep", false)] {
         let queue = TestQueue::create(&sqs, name, false).await?;
         let bucket = random_name(name);
         s3.create_bucket().bucket(&bucket).send().await?;
         extended_send(&endpoint, &queue.url, &bucket, &bodies)?;
         ensure!(object_count(&s3, &bucket).await? == MESSAGES, "the client offloaded every body");
         let dir = tempfile::tempdir()?;
-        let reader =
-            Reader::start(dir.path(), &source_yaml(name, &queue, &endpoint, &sink.url(), payload, ""))?;
+        let source = source(name, &queue, &endpoint, &sink.url());
+        let source = if delete_objects { source.delete_payload_objects() } else { source };
+        let reader = Reader::start(dir.path(), &source.yaml())?;
         runs.push((queue, bucket, reader, dir));
     }
     sink.wait_for_distinct(2 * MESSAGES as u64, WITHIN).await?;
@@ -160,9 +154,9 @@ async fn under_exactly_once_an_object_outlives_its_open_epoch() -> Result<()> {
     s3.create_bucket().bucket(&bucket).send().await?;
     extended_send(&endpoint, &queue.url, &bucket, &[text_body(300 * KIB, 42)])?;
     // Epochs of 20 s: the message is delivered early in one and deleted only when it commits.
-    let delivery = "  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 20\n";
     let dir = tempfile::tempdir()?;
-    let yaml = source_yaml("xc-eo", &queue, &endpoint, &sink.url(), DELETE_OBJECTS, delivery);
+    let yaml =
+        source("xc-eo", &queue, &endpoint, &sink.url()).delete_payload_objects().exactly_once(20).yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(1, WITHIN).await?;
 
@@ -208,13 +202,12 @@ async fn a_dead_lettered_pointer_keeps_its_object() -> Result<()> {
     extended_send(&endpoint, &queue.url, &allowed, std::slice::from_ref(&good))?;
     extended_send(&endpoint, &queue.url, &other, std::slice::from_ref(&poison))?;
     // A pointer into a bucket the spec does not list is poison: dead-lettered as the pointer.
-    let payload = format!("      buckets: [{allowed}]\n{DELETE_OBJECTS}");
-    let dead_letter = format!(
-        "  deadLetterSink:\n    name: poison\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
-        dlq.url
-    );
     let dir = tempfile::tempdir()?;
-    let yaml = source_yaml("xc-poison", &queue, &endpoint, &sink.url(), &payload, &dead_letter);
+    let yaml = source("xc-poison", &queue, &endpoint, &sink.url())
+        .payload_buckets(&[&allowed])
+        .delete_payload_objects()
+        .dead_letter("poison", Sink::sqs(&dlq.url, &endpoint))
+        .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(1, WITHIN).await?;
     wait_empty(&queue).await?;

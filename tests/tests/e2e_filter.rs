@@ -32,6 +32,7 @@ use anyhow::{Context as _, Result, ensure};
 use sluice_tests::localstack::{LocalStack, TestQueue, sqs_client};
 use sluice_tests::poll::{Check, until};
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
 
 const MESSAGES: u64 = 1000;
@@ -69,23 +70,18 @@ async fn send_mixed(queue: &TestQueue) -> Result<()> {
     queue.send_kinds(&messages).await
 }
 
-fn source_yaml(
+/// The source of these tests: one queue, long polls of 1 s, the http `sinks` (name, url) and
+/// `FILTER`, whose mismatches `filter` decides.
+fn source(
     name: &str,
     queue: &TestQueue,
     endpoint: &str,
-    fate: &str,
     sinks: &[(&str, String)],
-) -> String {
-    let sinks: String = sinks
-        .iter()
-        .map(|(name, url)| {
-            format!("    - name: {name}\n      http:\n        url: {url}\n        timeoutMs: 5000\n")
-        })
-        .collect();
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n  sinks:\n{sinks}  filter:\n    expression: \"{FILTER}\"\n{fate}",
-        url = queue.url,
-    )
+    filter: impl FnOnce(SourceYaml) -> SourceYaml,
+) -> SourceYaml {
+    let source = SourceYaml::bare(name, &queue.url, endpoint).wait_time(1);
+    let source = sinks.iter().fold(source, |s, (name, url)| s.sink(name, Sink::http(url).timeout_ms(5000)));
+    filter(source)
 }
 
 /// The reader's `sluice_reader_filter_messages_total` for `outcome` (0 when absent).
@@ -163,20 +159,13 @@ async fn delete_run(endpoint: &str, exactly_once: bool) -> Result<()> {
     send_mixed(&queue).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
-    let fate = if exactly_once {
-        "    onMismatch: delete\n    onError: mismatch\n"
+    let source = source(name, &queue, endpoint, &[("matches", sink.url())], |s| s.filter_deleting(FILTER));
+    let yaml = if exactly_once {
+        source.filter_on_error("mismatch").exactly_once(1)
     } else {
-        "    onMismatch: delete\n"
-    };
-    let mut yaml = source_yaml(name, &queue, endpoint, fate, &[("matches", sink.url())]);
-    if exactly_once {
-        yaml.push_str("  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n");
-    } else {
-        let url = &dead.url;
-        yaml.push_str(&format!(
-            "  deadLetterSink:\n    name: dlq\n    sqs:\n      queueUrl: {url}\n      endpoint: {endpoint}\n"
-        ));
+        source.dead_letter("dlq", Sink::sqs(&dead.url, endpoint))
     }
+    .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     let (deleted_wanted, failed_wanted) = if exactly_once {
         (MESSAGES - MATCHING, 0)
@@ -220,8 +209,10 @@ async fn release_run(endpoint: &str) -> Result<()> {
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let dir = tempfile::tempdir()?;
     // Released for 5 s at least: long enough that this reader is stopped before most come back.
-    let fate = "    onMismatch: release\n    releaseDelaySeconds: 5\n";
-    let yaml = source_yaml("filter-release", &queue, endpoint, fate, &[("matches", sink.url())]);
+    let yaml = source("filter-release", &queue, endpoint, &[("matches", sink.url())], |s| {
+        s.filter_releasing(FILTER, 5)
+    })
+    .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     wait_filtered(&reader, "released", MESSAGES - MATCHING - MISSING_REGION).await?;
@@ -268,8 +259,10 @@ async fn route_run(endpoint: &str) -> Result<()> {
     let (sink, others) = (SinkServer::start("127.0.0.1:0").await?, SinkServer::start("127.0.0.1:0").await?);
     let dir = tempfile::tempdir()?;
     let sinks = [("matches", sink.url()), ("others", others.url())];
-    let fate = "    onMismatch: route\n    routeTo: others\n    onError: mismatch\n";
-    let yaml = source_yaml("filter-route", &queue, endpoint, fate, &sinks);
+    let yaml = source("filter-route", &queue, endpoint, &sinks, |s| {
+        s.filter_routing(FILTER, "others").filter_on_error("mismatch")
+    })
+    .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     sink.wait_for_distinct(MATCHING, WITHIN).await.with_context(|| reader.log())?;
     others.wait_for_distinct(MESSAGES - MATCHING, WITHIN).await.with_context(|| reader.log())?;

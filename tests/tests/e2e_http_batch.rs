@@ -23,6 +23,7 @@ use bytes::Bytes;
 use sluice_tests::localstack::{LocalStack, TestQueue, seq_of, sqs_client};
 use sluice_tests::poll::{Check, until};
 use sluice_tests::scrape::metric;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
 
 const MESSAGES: usize = 100;
@@ -70,41 +71,14 @@ fn source_yaml(
     endpoint: &str,
     receiver: &str,
 ) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: batches
-spec:
-  queues:
-    - url: {queue}
-      endpoint: {endpoint}
-  receive:
-    waitTimeSeconds: 1
-  delivery:
-    guarantee: {guarantee}
-    checkpointIntervalSeconds: 1
-    retry:
-      strategy: fixed
-      maxAttempts: {MAX_ATTEMPTS}
-      initialDelayMs: 200
-      jitter: false
-  sinks:
-    - name: webhook
-      http:
-        url: {receiver}
-        batch:
-          maxEvents: 10
-          maxWaitMilliseconds: 100
-  deadLetterSink:
-    name: dead
-    sqs:
-      queueUrl: {dlq}
-      endpoint: {endpoint}
-",
-        queue = queue.url,
-        dlq = dlq.url,
-    )
+    SourceYaml::bare("batches", &queue.url, endpoint)
+        .wait_time(1)
+        .guarantee(guarantee)
+        .checkpoint_interval(1)
+        .retry_fixed(MAX_ATTEMPTS as u32, 200)
+        .sink("webhook", Sink::http(receiver).batch(10, 100))
+        .dead_letter("dead", Sink::sqs(&dlq.url, endpoint))
+        .yaml()
 }
 
 /// The dead-letter queue's messages as (seq, reason), received and deleted until `n` are in.

@@ -24,11 +24,12 @@ use sluice_tests::outage::Outage;
 use sluice_tests::poll::{Check, until};
 use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
 
 const MESSAGES: usize = 50;
 const MAX_RECEIVE_COUNT: u32 = 3;
-const UNREADY_AFTER_SECONDS: u64 = 10;
+const UNREADY_AFTER_SECONDS: u32 = 10;
 /// Generous bounds for a busy 2-core machine.
 const FAILING_WITHIN: Duration = Duration::from_secs(60);
 const DELIVERED_WITHIN: Duration = Duration::from_secs(180);
@@ -38,10 +39,13 @@ fn outage_seconds() -> u64 {
 }
 
 fn source_yaml(queue: &TestQueue, endpoint: &str, payload_endpoint: &str, http: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: payload-outage\nspec:\n  queues:\n    - url: {url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n  payload:\n    s3:\n      endpoint: {payload_endpoint}\n  delivery:\n    unreadyAfterSeconds: {UNREADY_AFTER_SECONDS}\n  sinks:\n    - name: webhook\n      http:\n        url: {http}\n    - name: audit\n      log: {{}}\n",
-        url = queue.url,
-    )
+    SourceYaml::bare("payload-outage", &queue.url, endpoint)
+        .wait_time(1)
+        .payload_s3(payload_endpoint)
+        .unready_after(UNREADY_AFTER_SECONDS)
+        .sink("webhook", Sink::http(http))
+        .sink("audit", Sink::log())
+        .yaml()
 }
 
 /// Object `i`'s bytes: deterministic, of varied sizes, not UTF-8.

@@ -44,17 +44,16 @@ fn source_yaml(
     dlq: &str,
     replay: Option<serde_json::Value>,
 ) -> Result<String> {
-    let yaml = SourceYaml::new("replay", queue, endpoint)
+    let source = SourceYaml::new("replay", queue, endpoint)
         .visibility_timeout(5)
         .sink("webhook", Sink::http(sink).timeout_ms(2000))
         .replicas(1, 1)
-        .yaml();
-    let mut doc: serde_json::Value = serde_yaml::from_str(&yaml)?;
-    doc["spec"]["deadLetterSink"] = json!({"name": "poison", "sqs": {"queueUrl": dlq, "endpoint": endpoint}});
-    if let Some(replay) = replay {
-        doc["spec"]["replay"] = replay;
+        .dead_letter("poison", Sink::sqs(dlq, endpoint));
+    Ok(match replay {
+        Some(replay) => source.replay(replay),
+        None => source,
     }
-    Ok(serde_yaml::to_string(&doc)?)
+    .yaml())
 }
 
 async fn replay_status(system: &System) -> Result<Option<ReplayStatus>> {

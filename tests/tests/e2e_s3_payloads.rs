@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use sluice_tests::localstack::{LocalStack, TestQueue, s3_client, sqs_client};
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::{Reader, python as py};
 
 const MIB: usize = 1024 * 1024;
@@ -227,57 +228,26 @@ async fn notified_bucket(endpoint: &str, prefix: &str) -> Result<Notified> {
     Ok(Notified { bucket, queue })
 }
 
-/// The start of an SqsSource reading `queue_url`, down to `receive.waitTimeSeconds`.
-fn source_head(name: &str, queue_url: &str, endpoint: &str) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {queue_url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n"
-    )
+/// An SqsSource reading `queue_url` with long polls of 1 s.
+fn source_reading(name: &str, queue_url: &str, endpoint: &str) -> SourceYaml {
+    SourceYaml::bare(name, queue_url, endpoint).wait_time(1)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A source of S3 notifications from `queue`: each object to the `webhook` http sink, what cannot
+/// be read to `dlq`.
 fn notification_source(
     name: &str,
     queue: &TestQueue,
     endpoint: &str,
     http: &str,
-    out_bucket: &str,
     dlq: &TestQueue,
-    exactly_once: bool,
-    stream_above: Option<usize>,
-) -> String {
-    let stream_above = stream_above.map(|n| format!("    streamAboveBytes: {n}\n")).unwrap_or_default();
-    let delivery = if exactly_once {
-        "  delivery:\n    guarantee: exactlyOnce\n    checkpointIntervalSeconds: 1\n"
-    } else {
-        ""
-    };
-    format!(
-        r#"{head}    visibilityTimeoutSeconds: 30
-  payload:
-    format: s3Notification
-{stream_above}    s3:
-      endpoint: {endpoint}
-{delivery}  sinks:
-    - name: webhook
-      http:
-        url: {http}
-        timeoutMs: 60000
-    - name: archive
-      s3:
-        bucket: {out_bucket}
-        endpoint: {endpoint}
-{dead_letter}"#,
-        head = source_head(name, &queue.url, endpoint),
-        dead_letter = dead_letter_sink(dlq, endpoint),
-    )
-}
-
-/// The `deadLetterSink` of a source: the queue `dlq`.
-fn dead_letter_sink(dlq: &TestQueue, endpoint: &str) -> String {
-    format!(
-        "  deadLetterSink:\n    name: unreadable\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
-        dlq.url
-    )
+) -> SourceYaml {
+    source_reading(name, &queue.url, endpoint)
+        .visibility_timeout(30)
+        .payload_format("s3Notification")
+        .payload_s3(endpoint)
+        .sink("webhook", Sink::http(http).timeout_ms(60_000))
+        .dead_letter("unreadable", Sink::sqs(&dlq.url, endpoint))
 }
 
 /// Uploads `objects` with boto3 into a notified bucket while a reader runs, and checks each
@@ -318,16 +288,16 @@ async fn objects_arrive_intact(
     }
 
     let (receiver, http) = Receiver::start().await?;
-    let yaml = notification_source(
-        "payloads",
-        &queue,
-        &endpoint,
-        &http,
-        &out_bucket,
-        &dlq,
-        exactly_once,
-        stream_above,
-    );
+    // Both sinks: the http sink and an s3 sink writing to `out_bucket`.
+    let mut source = notification_source("payloads", &queue, &endpoint, &http, &dlq)
+        .sink("archive", Sink::s3_bucket(&out_bucket, &endpoint));
+    if let Some(bytes) = stream_above {
+        source = source.stream_above(bytes);
+    }
+    if exactly_once {
+        source = source.exactly_once(1);
+    }
+    let yaml = source.yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     // Started, and past the TestEvent and the deleted object's events (already queued).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -471,8 +441,7 @@ async fn a_streamed_object_deleted_during_delivery_is_dead_lettered_with_its_rea
     let (receiver, http) = Receiver::start().await?;
     *receiver.trap.lock().unwrap_or_else(|e| e.into_inner()) =
         Some(Trap { s3: s3.clone(), bucket: bucket.clone(), key: key.to_owned() });
-    let yaml =
-        strip_archive(&notification_source("deleted", &queue, &endpoint, &http, "-", &dlq, false, None));
+    let yaml = notification_source("deleted", &queue, &endpoint, &http, &dlq).yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     py(&endpoint, &["upload", &bucket, key, path.to_str().unwrap_or_default()])?;
 
@@ -511,22 +480,13 @@ async fn a_streamed_object_for_an_sqs_sink_is_refused_into_the_dead_letter_queue
     let key = "too big for sqs.bin";
     let path = dir.path().join("object");
     std::fs::write(&path, object_bytes(2 * MIB, 43))?;
-    let yaml = format!(
-        r#"{head}  payload:
-    format: s3Notification
-    streamAboveBytes: {MIB}
-    s3:
-      endpoint: {endpoint}
-  sinks:
-    - name: forward
-      sqs:
-        queueUrl: {out}
-        endpoint: {endpoint}
-{dead_letter}"#,
-        head = source_head("refused", &queue.url, &endpoint),
-        out = forward.url,
-        dead_letter = dead_letter_sink(&dlq, &endpoint),
-    );
+    let yaml = source_reading("refused", &queue.url, &endpoint)
+        .payload_format("s3Notification")
+        .stream_above(MIB)
+        .payload_s3(&endpoint)
+        .sink("forward", Sink::sqs(&forward.url, &endpoint))
+        .dead_letter("unreadable", Sink::sqs(&dlq.url, &endpoint))
+        .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     py(&endpoint, &["upload", &bucket, key, path.to_str().unwrap_or_default()])?;
     let started = Instant::now();
@@ -579,24 +539,11 @@ async fn extended_client_messages_are_delivered_as_payloads_and_offloads_read_ba
     py(&endpoint, &args)?;
 
     let (receiver, http) = Receiver::start().await?;
-    let yaml = format!(
-        r#"{head}  payload:
-    s3:
-      endpoint: {endpoint}
-  sinks:
-    - name: webhook
-      http:
-        url: {http}
-    - name: forward
-      sqs:
-        queueUrl: {out}
-        endpoint: {endpoint}
-        offload:
-          bucket: {bucket}
-"#,
-        head = source_head("extended", &source.url, &endpoint),
-        out = forward.url,
-    );
+    let yaml = source_reading("extended", &source.url, &endpoint)
+        .payload_s3(&endpoint)
+        .sink("webhook", Sink::http(&http))
+        .sink("forward", Sink::sqs(&forward.url, &endpoint).offload(&bucket))
+        .yaml();
     let reader = Reader::start(dir.path(), &yaml)?;
     let seen = receiver.wait_for(2, Duration::from_secs(120)).await?;
     let mut got: Vec<String> = seen.iter().map(|s| s.sha.clone()).collect();
@@ -643,33 +590,14 @@ async fn one_mib_messages_pass_every_sink_and_the_dead_letter_route_unchanged() 
         sqs.send_message().queue_url(&source.url).message_body(text.as_str()).send().await?;
     }
     let (receiver, http) = Receiver::start().await?;
-    let yaml = format!(
-        r#"{head}  payload:
-    format: json
-  sinks:
-    - name: webhook
-      http:
-        url: {http}
-    - name: forward
-      sqs:
-        queueUrl: {out}
-        endpoint: {endpoint}
-    - name: archive
-      s3:
-        bucket: {bucket}
-        endpoint: {endpoint}
-    - name: stderr
-      log: {{}}
-  deadLetterSink:
-    name: poison
-    sqs:
-      queueUrl: {dlq_url}
-      endpoint: {endpoint}
-"#,
-        head = source_head("onemib", &source.url, &endpoint),
-        out = forward.url,
-        dlq_url = dlq.url,
-    );
+    let yaml = source_reading("onemib", &source.url, &endpoint)
+        .payload_format("json")
+        .sink("webhook", Sink::http(&http))
+        .sink("forward", Sink::sqs(&forward.url, &endpoint))
+        .sink("archive", Sink::s3_bucket(&bucket, &endpoint))
+        .sink("stderr", Sink::log())
+        .dead_letter("poison", Sink::sqs(&dlq.url, &endpoint))
+        .yaml();
     let dir = tempfile::tempdir()?;
     let reader = Reader::start(dir.path(), &yaml)?;
     let seen = receiver.wait_for(1, Duration::from_secs(60)).await?;
@@ -744,8 +672,7 @@ async fn bench_fetch_throughput_next_to_boto3() -> Result<()> {
         // The reader: from its start to the last object at the sink (start-up included).
         let (sink, http) = Receiver::start().await?;
         let dlq = TestQueue::create(&sqs_client(&endpoint), "bench-dlq", false).await?;
-        let yaml =
-            strip_archive(&notification_source("bench", &queue, &endpoint, &http, "-", &dlq, false, None));
+        let yaml = notification_source("bench", &queue, &endpoint, &http, &dlq).yaml();
         let started = Instant::now();
         let reader = Reader::start(dir.path(), &yaml)?;
         let seen = sink.wait_for(OBJECTS, Duration::from_secs(300)).await?;
@@ -772,25 +699,6 @@ async fn bench_fetch_throughput_next_to_boto3() -> Result<()> {
         theirs / ours
     );
     Ok(())
-}
-
-/// The notification source without its s3 sink: the benchmark measures fetching and the http sink.
-fn strip_archive(yaml: &str) -> String {
-    let mut out = Vec::new();
-    let mut skipping = false;
-    for line in yaml.lines() {
-        if line.starts_with("    - name: archive") {
-            skipping = true;
-            continue;
-        }
-        if skipping && (line.starts_with("    - ") || !line.starts_with("      ")) {
-            skipping = false;
-        }
-        if !skipping {
-            out.push(line);
-        }
-    }
-    out.join("\n") + "\n"
 }
 
 /// User + system CPU seconds the reader has used (from /proc/PID/stat, at 100 ticks per second).

@@ -33,6 +33,7 @@ use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, sqs_client};
 use sluice_tests::outage::Outage;
 use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 
 const MESSAGES: usize = 5;
@@ -150,56 +151,26 @@ impl Case {
 
     fn yaml(&self) -> String {
         let endpoint = &self.endpoint;
-        let http = format!(
-            "    - name: web\n      http:\n        url: {}\n        timeoutMs: 2000\n",
-            self.sink.url()
-        );
-        let sinks = match self.fault {
-            Fault::MissingBucket => {
-                format!(
-                    "    - name: archive\n      s3:\n        bucket: {}\n        endpoint: {endpoint}\n",
-                    self.bucket
-                )
+        let web = || Sink::http(&self.sink.url()).timeout_ms(2000);
+        let source = SourceYaml::bare(self.fault.source(), &self.queue.url, endpoint)
+            .namespace("default")
+            .wait_time(1)
+            .log_level("info");
+        let source = match self.fault {
+            Fault::MissingBucket => source.sink("archive", Sink::s3_bucket(&self.bucket, endpoint)),
+            Fault::MissingDeadLetterQueue => {
+                source.sink("web", web()).dead_letter("dlq", Sink::sqs(&self.dead_letter.1, endpoint))
             }
-            Fault::MissingDeadLetterQueue => format!(
-                "{http}  deadLetterSink:\n    name: dlq\n    sqs:\n      queueUrl: {}\n      endpoint: {endpoint}\n",
-                self.dead_letter.1
-            ),
-            Fault::RejectingSink | Fault::SinkOutage => http,
+            Fault::RejectingSink | Fault::SinkOutage => source.sink("web", web()),
             Fault::PayloadOutage => {
-                format!(
-                    "{http}  payload:\n    s3:\n      endpoint: {}\n      region: us-east-1\n",
-                    self.s3_url
-                )
+                source.sink("web", web()).payload_s3(&self.s3_url).payload_region("us-east-1")
             }
         };
-        format!(
-            r#"apiVersion: sluice.dev/v1alpha1
-kind: SqsSource
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  queues:
-    - url: {url}
-      endpoint: {endpoint}
-  receive:
-    waitTimeSeconds: 1
-  sinks:
-{sinks}  delivery:
-    unreadyAfterSeconds: {UNREADY_AFTER_SECONDS}
-    retry:
-      maxAttempts: 1
-  scaling:
-    minReplicas: {replicas}
-    maxReplicas: {replicas}
-  reader:
-    logLevel: info
-"#,
-            name = self.fault.source(),
-            url = self.queue.url,
-            replicas = self.fault.replicas(),
-        )
+        source
+            .unready_after(UNREADY_AFTER_SECONDS)
+            .retry_max_attempts(1)
+            .replicas(self.fault.replicas(), self.fault.replicas())
+            .yaml()
     }
 
     /// Removes the fault. The dead-letter case then waits until every poison message is

@@ -58,10 +58,10 @@ fn outage_seconds() -> u64 {
 }
 
 fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, port: u16) -> String {
-    format!(
-        "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata:\n  name: {name}\nspec:\n  queues:\n    - url: {url}\n      endpoint: {endpoint}\n  receive:\n    waitTimeSeconds: 1\n  sinks:\n    - name: webhook\n      http:\n        url: http://127.0.0.1:{port}/\n        timeoutMs: 2000\n",
-        url = queue.url,
-    )
+    SourceYaml::bare(name, &queue.url, endpoint)
+        .wait_time(1)
+        .sink("webhook", Sink::http(&format!("http://127.0.0.1:{port}/")).timeout_ms(2000))
+        .yaml()
 }
 
 /// A server that takes connections and never answers, until `stop`.

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use sluice_tests::source::{Sink, SourceYaml};
 use tokio::time::Instant;
 
 use rtt::{Calls, SqsCalls};
@@ -221,13 +222,12 @@ impl Bench<'_> {
         dir: &tempfile::TempDir,
     ) -> Result<Child, String> {
         let source = dir.path().join("source.yaml");
-        let yaml = format!(
-            "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bench}}\nspec:\n  \
-             queues: [{{url: '{url}', endpoint: '{endpoint}'}}]\n  \
-             receive: {{maxMessages: 10, waitTimeSeconds: 20, batchWindowMilliseconds: {window_ms}}}\n  \
-             sinks: [{{name: web, http: {{url: '{}', timeoutMs: 5000}}}}]\n",
-            self.sink_url
-        );
+        let yaml = SourceYaml::bare("bench", url, endpoint)
+            .max_messages(10)
+            .wait_time(20)
+            .batch_window(window_ms)
+            .sink("web", Sink::http(&self.sink_url).timeout_ms(5000))
+            .yaml();
         std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
         let mut command = Command::new(&self.reader);
         command

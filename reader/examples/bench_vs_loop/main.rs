@@ -44,6 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use sluice_tests::source::{Sink, SourceYaml};
 
 use child::{default_reader, stop};
 use report::{Consumer, Memory, Sample};
@@ -413,17 +414,15 @@ impl Run<'_> {
         let mut command = match consumer {
             Consumer::Reader(which) => {
                 let source = dir.path().join("source.yaml");
-                let yaml = format!(
-                    "apiVersion: sluice.dev/v1alpha1\nkind: SqsSource\nmetadata: {{name: bench}}\nspec:\n  \
-                     queues: [{{url: '{url}', endpoint: '{}'}}]\n  \
-                     receive: {{maxMessages: 10, waitTimeSeconds: {}, pollers: {}}}\n  \
-                     sinks: [{{name: web, http: {{url: '{}', timeoutMs: 5000, concurrency: {}}}}}]\n",
-                    self.endpoint,
-                    a.wait_seconds,
-                    a.pollers,
-                    self.sink_url,
-                    a.pollers * 10
-                );
+                let yaml = SourceYaml::bare("bench", url, self.endpoint)
+                    .max_messages(10)
+                    .wait_time(a.wait_seconds as u32)
+                    .pollers(a.pollers as u32)
+                    .sink(
+                        "web",
+                        Sink::http(self.sink_url).timeout_ms(5000).concurrency(a.pollers as u32 * 10),
+                    )
+                    .yaml();
                 std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
                 let mut c = Command::new(&self.readers[which]);
                 // Its per-window poller figures (count, receive time), for the summary.

@@ -1,8 +1,7 @@
-//! Test support: LocalStack queues, a recording HTTP sink on loopback, and the reader binary
-//! driven as a process (as the harness and the operator run it).
+//! Test support: a recording HTTP sink on loopback and the reader binary driven as a process (as
+//! the harness and the operator run it); queues come from `sluice_tests::localstack`.
 
 #![allow(dead_code)] // each test file uses part of it
 
 pub mod process;
 pub mod sink_server;
-pub mod sqs;

@@ -15,6 +15,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, QueueAttributeName,
     SendMessageBatchRequestEntry,
 };
+use futures::stream::{self, StreamExt};
 
 /// SQS's limit on entries per batch call.
 const BATCH: usize = 10;
@@ -40,6 +41,55 @@ pub struct QueueOptions {
     pub redrive: Option<Redrive>,
     /// FIFO only: `ContentBasedDeduplication`.
     pub content_based_deduplication: bool,
+}
+
+impl QueueOptions {
+    /// Only `VisibilityTimeout`, in seconds.
+    pub fn visibility(seconds: u32) -> Self {
+        Self { visibility_timeout: Some(seconds), ..Self::default() }
+    }
+}
+
+/// One message for [`TestQueue::send_messages`]: a body as given, its group on a FIFO queue, and
+/// its attributes.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    body: String,
+    group: Option<String>,
+    attributes: Vec<(String, MessageAttributeValue)>,
+}
+
+impl Outgoing {
+    /// A message with `body` and no attributes.
+    pub fn new(body: impl Into<String>) -> Self {
+        Self { body: body.into(), ..Self::default() }
+    }
+
+    /// The FIFO message group.
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// A String attribute.
+    pub fn attribute(self, name: &str, value: &str) -> Self {
+        self.typed_attribute(name, "String", value)
+    }
+
+    /// An attribute of any type.
+    pub fn attribute_value(mut self, name: &str, value: MessageAttributeValue) -> Self {
+        self.attributes.push((name.to_owned(), value));
+        self
+    }
+
+    fn typed_attribute(self, name: &str, data_type: &str, value: &str) -> Self {
+        let value = MessageAttributeValue::builder()
+            .data_type(data_type)
+            .string_value(value)
+            .build()
+            .expect("data type and value are set");
+        self.attribute_value(name, value)
+    }
 }
 
 /// A `RedrivePolicy`: after `max_receive_count` receives a message moves to `dead_letter_arn`.
@@ -83,6 +133,11 @@ impl QueueCounts {
     pub fn total(&self) -> u64 {
         self.visible + self.in_flight + self.delayed
     }
+
+    /// (visible, in flight).
+    pub fn pair(&self) -> (u64, u64) {
+        (self.visible, self.in_flight)
+    }
 }
 
 /// A randomly named queue owned by one test. Delete it with [`TestQueue::delete`] when done.
@@ -99,6 +154,8 @@ pub struct TestQueue {
     next_seq: AtomicU64,
     /// Random per handle, so FIFO deduplication ids from two handles on one queue never collide.
     run: String,
+    /// Next FIFO deduplication number of this handle.
+    next_dedup: AtomicU64,
 }
 
 impl TestQueue {
@@ -148,7 +205,15 @@ impl TestQueue {
         let name = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
         let fifo = name.ends_with(".fifo");
         let run = std::iter::repeat_with(fastrand::alphanumeric).take(8).collect();
-        Self { client: client.clone(), name, url: url.to_owned(), fifo, next_seq: AtomicU64::new(0), run }
+        Self {
+            client: client.clone(),
+            name,
+            url: url.to_owned(),
+            fifo,
+            next_seq: AtomicU64::new(0),
+            run,
+            next_dedup: AtomicU64::new(0),
+        }
     }
 
     /// The client this queue was created with.
@@ -173,79 +238,85 @@ impl TestQueue {
     /// Like [`TestQueue::send_batch`], with FIFO message groups spread as `options` says.
     ///
     /// Each message has body [`body_for`]`(seq)` and a `seq` Number attribute; on a FIFO queue, group
-    /// `g{seq % groups}` and a deduplication id unique to this handle and `seq`.
+    /// `g{seq % groups}`. One call at a time, in order.
     pub async fn send_batch_with(&self, n: usize, options: SendOptions) -> Result<Vec<u64>> {
         let groups = u64::from(options.groups.unwrap_or(1).max(1));
         let first = self.next_seq.fetch_add(n as u64, Ordering::SeqCst);
         let seqs: Vec<u64> = (first..first + n as u64).collect();
-        for chunk in seqs.chunks(BATCH) {
-            let mut request = self.client.send_message_batch().queue_url(&self.url);
-            for (i, seq) in chunk.iter().enumerate() {
-                let seq_attribute = MessageAttributeValue::builder()
-                    .data_type("Number")
-                    .string_value(seq.to_string())
-                    .build()?;
-                let mut entry = SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(options.pad_to.map_or_else(|| body_for(*seq), |len| padded_body(*seq, len)))
-                    .message_attributes("seq", seq_attribute);
-                if self.fifo {
-                    entry = entry
-                        .message_group_id(format!("g{}", seq % groups))
-                        .message_deduplication_id(format!("{}-{seq}", self.run));
-                }
-                request = request.entries(entry.build()?);
-            }
-            let output = request.send().await.with_context(|| format!("SendMessageBatch to {}", self.url))?;
-            if let Some(failed) = output.failed().first() {
-                bail!(
-                    "SendMessageBatch: {} of {} entries failed, first: {} {}",
-                    output.failed().len(),
-                    chunk.len(),
-                    failed.code(),
-                    failed.message().unwrap_or_default()
-                );
-            }
-        }
+        let messages = seqs.iter().map(|&seq| {
+            let body = options.pad_to.map_or_else(|| body_for(seq), |len| padded_body(seq, len));
+            Outgoing::new(body).in_group(format!("g{}", seq % groups)).typed_attribute(
+                "seq",
+                "Number",
+                &seq.to_string(),
+            )
+        });
+        self.send_messages(messages, 1).await?;
         Ok(seqs)
     }
 
-    /// Sends `(kind, body)` messages, in batches of 10, each with a String attribute `kind` (what
-    /// attribute routes and filters select on).
+    /// Sends `(kind, body)` messages, each with a String attribute `kind` (what attribute routes
+    /// and filters select on).
     pub async fn send_kinds(&self, messages: &[(&str, String)]) -> Result<()> {
-        for chunk in messages.chunks(BATCH) {
-            let mut request = self.client.send_message_batch().queue_url(&self.url);
-            for (i, (kind, body)) in chunk.iter().enumerate() {
-                let kind =
-                    MessageAttributeValue::builder().data_type("String").string_value(*kind).build()?;
-                let entry = SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(body)
-                    .message_attributes("kind", kind)
-                    .build()?;
-                request = request.entries(entry);
+        let outgoing =
+            messages.iter().map(|(kind, body)| Outgoing::new(body.as_str()).attribute("kind", kind));
+        self.send_messages(outgoing, 4).await.map(drop)
+    }
+
+    /// Sends `messages` as given, ten a call and up to `in_flight` calls at once (one on a FIFO
+    /// queue, so that each group keeps its order); answers the MessageIds SQS assigned, in order.
+    /// On a FIFO queue every message gets a deduplication id unique to this handle.
+    pub async fn send_messages(
+        &self,
+        messages: impl IntoIterator<Item = Outgoing>,
+        in_flight: usize,
+    ) -> Result<Vec<String>> {
+        let messages: Vec<Outgoing> = messages.into_iter().collect();
+        let chunks: Vec<Vec<Outgoing>> = messages.chunks(BATCH).map(<[Outgoing]>::to_vec).collect();
+        let in_flight = if self.fifo { 1 } else { in_flight.max(1) };
+        let sent: Vec<Result<Vec<String>>> =
+            stream::iter(chunks).map(|chunk| self.send_chunk(chunk)).buffered(in_flight).collect().await;
+        Ok(sent.into_iter().collect::<Result<Vec<_>>>()?.into_iter().flatten().collect())
+    }
+
+    async fn send_chunk(&self, chunk: Vec<Outgoing>) -> Result<Vec<String>> {
+        let mut request = self.client.send_message_batch().queue_url(&self.url);
+        for (i, message) in chunk.iter().enumerate() {
+            let mut entry =
+                SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(&message.body);
+            for (name, value) in &message.attributes {
+                entry = entry.message_attributes(name, value.clone());
             }
-            let sent = request.send().await.with_context(|| format!("SendMessageBatch to {}", self.url))?;
-            if !sent.failed().is_empty() {
-                bail!("SendMessageBatch: {} of {} entries failed", sent.failed().len(), chunk.len());
+            if self.fifo {
+                let dedup = self.next_dedup.fetch_add(1, Ordering::SeqCst);
+                entry = entry
+                    .message_group_id(message.group.as_deref().unwrap_or("g0"))
+                    .message_deduplication_id(format!("{}-{dedup}", self.run));
             }
+            request = request.entries(entry.build()?);
         }
-        Ok(())
+        let output = request.send().await.with_context(|| format!("SendMessageBatch to {}", self.url))?;
+        if let Some(failed) = output.failed().first() {
+            bail!(
+                "SendMessageBatch: {} of {} entries failed, first: {} {}",
+                output.failed().len(),
+                chunk.len(),
+                failed.code(),
+                failed.message().unwrap_or_default()
+            );
+        }
+        let mut ids: Vec<(usize, String)> = output
+            .successful()
+            .iter()
+            .map(|ok| (ok.id().parse().unwrap_or(usize::MAX), ok.message_id().to_owned()))
+            .collect();
+        ids.sort();
+        Ok(ids.into_iter().map(|(_, id)| id).collect())
     }
 
     /// Receives once (up to 10, long poll of `wait` rounded down to whole seconds), without deleting.
     pub async fn receive(&self, wait: Duration) -> Result<Vec<Message>> {
-        let output = self
-            .client
-            .receive_message()
-            .queue_url(&self.url)
-            .max_number_of_messages(BATCH as i32)
-            .wait_time_seconds(wait.as_secs().min(20) as i32)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .with_context(|| format!("ReceiveMessage from {}", self.url))?;
-        Ok(output.messages().to_vec())
+        self.receive_with(wait, None).await
     }
 
     /// Deletes received messages by receipt handle, in batches of 10.
@@ -274,17 +345,44 @@ impl TestQueue {
         Ok(())
     }
 
-    /// Receives and deletes until a one-second long poll comes back empty; returns the bodies in order.
-    pub async fn drain_bodies(&self) -> Result<Vec<String>> {
-        let mut bodies = Vec::new();
+    /// Receives once without hiding anything (visibility 0): what a last look finds, left in place.
+    pub async fn peek(&self, wait: Duration) -> Result<Vec<Message>> {
+        self.receive_with(wait, Some(0)).await
+    }
+
+    async fn receive_with(&self, wait: Duration, visibility: Option<i32>) -> Result<Vec<Message>> {
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(BATCH as i32)
+            .wait_time_seconds(wait.as_secs().min(20) as i32)
+            .set_visibility_timeout(visibility)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .with_context(|| format!("ReceiveMessage from {}", self.url))?;
+        Ok(output.messages().to_vec())
+    }
+
+    /// Receives (attributes included) and deletes until a one-second long poll comes back empty;
+    /// returns the messages in order.
+    pub async fn drain_messages(&self) -> Result<Vec<Message>> {
+        let mut all = Vec::new();
         loop {
             let messages = self.receive(Duration::from_secs(1)).await?;
             if messages.is_empty() {
-                return Ok(bodies);
+                return Ok(all);
             }
             self.delete_messages(&messages).await?;
-            bodies.extend(messages.iter().map(|m| m.body().unwrap_or_default().to_owned()));
+            all.extend(messages);
         }
+    }
+
+    /// Receives and deletes until a one-second long poll comes back empty; returns the bodies in order.
+    pub async fn drain_bodies(&self) -> Result<Vec<String>> {
+        let messages = self.drain_messages().await?;
+        Ok(messages.iter().map(|m| m.body().unwrap_or_default().to_owned()).collect())
     }
 
     /// Receives and deletes everything visible; returns how many messages that was.
@@ -305,6 +403,24 @@ impl TestQueue {
             in_flight: figure(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)?,
             delayed: figure(QueueAttributeName::ApproximateNumberOfMessagesDelayed)?,
         })
+    }
+
+    /// Reads the depth figures every `every` until `done` holds for them or `within` has passed;
+    /// answers the last figures read (the caller asserts on them).
+    pub async fn wait_counts(
+        &self,
+        within: Duration,
+        every: Duration,
+        done: impl Fn(&QueueCounts) -> bool,
+    ) -> Result<QueueCounts> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let counts = self.approximate_counts().await?;
+            if done(&counts) || tokio::time::Instant::now() >= deadline {
+                return Ok(counts);
+            }
+            tokio::time::sleep(every).await;
+        }
     }
 
     /// Deletes the queue.
