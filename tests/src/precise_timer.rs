@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-/// Deadlines waiting, by (instant, sequence number), each with the task to wake.
+/// Deadlines waiting, by (instant, sequence number), each with the task to wake (told when it
+/// was woken).
 #[derive(Default)]
 struct Deadlines {
-    waiting: BTreeMap<(Instant, u64), oneshot::Sender<()>>,
+    waiting: BTreeMap<(Instant, u64), oneshot::Sender<Instant>>,
     next_seq: u64,
 }
 
@@ -49,7 +50,7 @@ impl Timer {
                     break;
                 }
                 // The waiting task may have been dropped (its connection closed): nothing to wake.
-                let _ = entry.remove().send(());
+                let _ = entry.remove().send(Instant::now());
             }
             let first = deadlines.waiting.first_key_value().map(|(&(at, _), _)| at);
             deadlines = match first {
@@ -64,10 +65,12 @@ impl Timer {
 }
 
 /// Completes at `at` (or at once if it is past), a few tens of microseconds late at most on an
-/// idle machine.
-pub async fn sleep_until(at: Instant) {
-    if at <= Instant::now() {
-        return;
+/// idle machine. Answers when the timer thread fired: what is late beyond that is the wait for
+/// the task's runtime to poll it again.
+pub async fn sleep_until(at: Instant) -> Instant {
+    let now = Instant::now();
+    if at <= now {
+        return now;
     }
     let (wake, woken) = oneshot::channel();
     let timer = *TIMER;
@@ -81,7 +84,7 @@ pub async fn sleep_until(at: Instant) {
             timer.changed.notify_one();
         }
     }
-    let _ = woken.await;
+    woken.await.unwrap_or_else(|_| Instant::now())
 }
 
 #[cfg(test)]
@@ -96,8 +99,8 @@ mod tests {
         let sleeps = (0..50u64).map(|i| {
             let at = start + Duration::from_micros((i * 7_919) % 20_000 + 500);
             tokio::spawn(async move {
-                sleep_until(at).await;
-                Instant::now() >= at
+                let fired = sleep_until(at).await;
+                fired >= at && Instant::now() >= fired
             })
         });
         for sleep in sleeps {

@@ -21,18 +21,23 @@
 //! `--backend standin` runs every consumer against the bench's in-memory SQS (`standin.rs`) instead
 //! of LocalStack, for round-trip questions where SQS's own time must be far below the RTT; `--peer
 //! sqs-consumer,boto3` adds other teams' consumers to the same rounds (`peers/`, installed by
-//! `scripts/bench-peers.sh`). BENCHMARKS.md has the runs.
+//! `scripts/bench-peers.sh`). Behind a proxy each run also prints where its receives' time went
+//! (`exchanges.rs`); `--harness shared|split` puts the proxies and the stand-in on the bench's
+//! runtime or on their own (`runtimes.rs`); `--reader-workers 2,4` runs each reader once per
+//! `TOKIO_WORKER_THREADS` value, side by side. BENCHMARKS.md has the runs.
 
 #![forbid(unsafe_code)]
 
 mod baseline;
 mod child;
+mod exchanges;
 mod peers;
 mod probe;
 mod proc_stat;
 mod queue;
 mod report;
 mod rtt;
+mod runtimes;
 // Its latency figures are bench_cost's (timed bodies); this bench counts arrivals only.
 #[allow(dead_code)]
 mod sink;
@@ -47,8 +52,9 @@ use clap::{Args, Parser, Subcommand};
 use sluice_tests::source::{Sink, SourceYaml};
 
 use child::{default_reader, stop};
-use report::{Consumer, Memory, Sample};
-use rtt::SqsCalls;
+use report::{Consumer, Memory, ReaderVariant, Sample};
+use rtt::Watched;
+use runtimes::{Placement, Runtimes, Shape};
 use sink::CountingSink;
 
 #[derive(Parser)]
@@ -82,13 +88,21 @@ struct ProbeArgs {
     /// `localstack` (the endpoint above) or `standin` (started in this process).
     #[arg(long, default_value = "localstack")]
     backend: Backend,
+    /// The proxy and the stand-in on the bench's runtime (`shared`), each on its own (`split`), or
+    /// together on one of their own (`far`).
+    #[arg(long, default_value = "far")]
+    harness: Placement,
+    /// The proxy's round trip half each way (`even`) or all on the answers, kept on time (`answers`).
+    #[arg(long, default_value = "answers")]
+    proxy_delay: Shape,
 }
 
 #[derive(Args, Clone)]
 struct CompareArgs {
-    /// Messages per run.
-    #[arg(long, default_value_t = 10_000)]
-    messages: usize,
+    /// Messages per run: one count for every RTT, or one per `--rtt-ms` entry (a run should last
+    /// well over the reader's one-second poller windows at every RTT).
+    #[arg(long, value_delimiter = ',', default_value = "10000")]
+    messages: Vec<usize>,
     /// Rounds; each round runs the reader once and the baseline once.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -116,6 +130,18 @@ struct CompareArgs {
     /// default: `sluice-reader` next to this example's directory.
     #[arg(long, value_delimiter = ',')]
     reader: Vec<PathBuf>,
+    /// Run each reader once per value, with that `TOKIO_WORKER_THREADS` (labelled in order after
+    /// the binaries); default: the reader's own choice.
+    #[arg(long, value_delimiter = ',')]
+    reader_workers: Vec<usize>,
+    /// The proxies and the stand-in on the bench's runtime (`shared`), each on its own (`split`), or
+    /// together on one of their own (`far`).
+    #[arg(long, default_value = "far")]
+    harness: Placement,
+    /// The proxies' round trip half each way (`even`) or all on the answers, kept on time
+    /// (`answers`).
+    #[arg(long, default_value = "answers")]
+    proxy_delay: Shape,
     /// Round trips (ms) added between the consumers and LocalStack by a latency proxy (10%
     /// jitter), each measured in its own set of rounds; 0 means no proxy. E.g. `0,5,20,50`.
     #[arg(long, value_delimiter = ',', default_value = "0")]
@@ -168,7 +194,7 @@ async fn main() -> Result<(), String> {
         }
         Cmd::Compare(args) => compare(args).await,
         Cmd::Standin => {
-            let standin = standin::start().await?;
+            let standin = standin::start_on(&tokio::runtime::Handle::current())?;
             println!("{}", standin.url);
             let _ = tokio::signal::ctrl_c().await;
             let (calls, mean_us, max_us) = standin.own_time();
@@ -180,24 +206,29 @@ async fn main() -> Result<(), String> {
 }
 
 /// The stand-in SQS when asked for (its URL replaces `endpoint`); LocalStack needs nothing started.
-async fn start_backend(backend: Backend, endpoint: &mut String) -> Result<Option<standin::StandIn>, String> {
+fn start_backend(
+    backend: Backend,
+    endpoint: &mut String,
+    runtimes: &Runtimes,
+) -> Result<Option<standin::StandIn>, String> {
     if backend == Backend::Localstack {
         return Ok(None);
     }
-    let standin = standin::start().await?;
+    let standin = standin::start_on(&runtimes.backend)?;
     *endpoint = standin.url.clone();
     Ok(Some(standin))
 }
 
 async fn probe(mut a: ProbeArgs) -> Result<(), String> {
+    let runtimes = Runtimes::new(a.harness, a.proxy_delay)?;
     // Its own-time figures are not printed here; the server runs until the process ends.
-    let _standin = start_backend(a.backend, &mut a.endpoint).await?;
-    println!("load average {}", probe::load());
+    let _standin = start_backend(a.backend, &mut a.endpoint, &runtimes)?;
+    println!("load average {}, harness {:?}, proxy delay {:?}", probe::load(), a.harness, a.proxy_delay);
     let direct = queue::client(&a.endpoint);
     probe::calls(&direct, 1).await?;
     println!("direct {}: ListQueues x {}: {}", a.endpoint, a.calls, probe::calls(&direct, a.calls).await?);
     for &ms in &a.rtt_ms {
-        let probed = probe::through_proxy(&a.endpoint, Duration::from_millis(ms), a.calls).await?;
+        let probed = probe::through_proxy(&runtimes, &a.endpoint, Duration::from_millis(ms), a.calls).await?;
         println!(
             "through a {ms} ms proxy: {probed} (adds {:.2} ms to the RTT)",
             probed.median_ms - ms as f64
@@ -208,12 +239,24 @@ async fn probe(mut a: ProbeArgs) -> Result<(), String> {
 }
 
 async fn compare(mut args: CompareArgs) -> Result<(), String> {
-    let standin = start_backend(args.backend, &mut args.endpoint).await?;
-    let readers = match args.reader.is_empty() {
+    let runtimes = Runtimes::new(args.harness, args.proxy_delay)?;
+    let standin = start_backend(args.backend, &mut args.endpoint, &runtimes)?;
+    let binaries = match args.reader.is_empty() {
         true => vec![default_reader()?],
         false => args.reader.clone(),
     };
-    if let Some(missing) = readers.iter().find(|r| !r.exists()) {
+    let workers: Vec<Option<usize>> = match args.reader_workers.is_empty() {
+        true => vec![None],
+        false => args.reader_workers.iter().map(|&w| Some(w)).collect(),
+    };
+    let readers: Vec<ReaderVariant> = binaries
+        .iter()
+        .flat_map(|path| workers.iter().map(|&workers| ReaderVariant { path: path.clone(), workers }))
+        .collect();
+    if args.messages.len() != 1 && args.messages.len() != args.rtt_ms.len() {
+        return Err("--messages takes one count, or one per --rtt-ms entry".into());
+    }
+    if let Some(missing) = binaries.iter().find(|r| !r.exists()) {
         return Err(format!(
             "{} does not exist: cargo build --release -p sluice-reader --bin sluice-reader",
             missing.display()
@@ -229,14 +272,37 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
     let sink = CountingSink::default();
     let sink_url = sink.start().await.map_err(|e| format!("sink: {e}"))?;
     let ticks = proc_stat::ticks_per_second();
-    report::header(&args.endpoint, &readers, args.messages, args.runs, args.pollers, args.wait_seconds);
+    let placed = match args.harness {
+        Placement::Shared => "shared: proxies and stand-in on the bench's runtime, beside the sink",
+        Placement::Split => {
+            "split: proxies and stand-in each on a runtime of its own, the sink on the bench's"
+        }
+        Placement::Far => {
+            "far: proxies and stand-in together on a runtime of their own, the sink on the bench's"
+        }
+    };
+    let shaped = match args.proxy_delay {
+        Shape::Even => "half the RTT each way",
+        Shape::Answers => "the RTT on the answers, kept on time",
+    };
+    let harness = format!("{placed}; proxy delay: {shaped}");
+    report::header(
+        &args.endpoint,
+        &readers,
+        &args.messages,
+        args.runs,
+        args.pollers,
+        args.wait_seconds,
+        &harness,
+    );
 
     let mut samples = Vec::new();
     let mut probed = Vec::new();
-    for &rtt_ms in &args.rtt_ms {
+    for (i, &rtt_ms) in args.rtt_ms.iter().enumerate() {
         let rtt = Duration::from_millis(rtt_ms);
+        let messages = args.messages.get(i).copied().unwrap_or(args.messages[0]);
         if rtt_ms > 0 {
-            let p = probe::through_proxy(&args.endpoint, rtt, 40).await?;
+            let p = probe::through_proxy(&runtimes, &args.endpoint, rtt, 40).await?;
             println!("probed through the {rtt_ms} ms proxy: {p} (load average {})", probe::load());
             probed.push((rtt_ms, p.median_ms));
         }
@@ -249,13 +315,13 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
             order.rotate_left(first);
             for consumer in order {
                 // Fresh proxies per run, so the counts are this consumer's alone.
-                let calls = Arc::new(SqsCalls::default());
+                let watched = Arc::new(Watched::default());
                 let (sqs_proxy, sink_proxy) = if rtt_ms == 0 {
                     (None, None)
                 } else {
-                    let sqs = rtt::proxy(&args.endpoint, rtt, Some(calls.clone())).await?;
+                    let sqs = rtt::proxy(&runtimes, &args.endpoint, rtt, Some(watched.clone()))?;
                     let sink = match args.sink_rtt {
-                        true => Some(rtt::proxy(&sink_url, rtt, None).await?),
+                        true => Some(rtt::proxy(&runtimes, &sink_url, rtt, None)?),
                         false => None,
                     };
                     (Some(sqs), sink)
@@ -270,11 +336,14 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
                     endpoint: &endpoint,
                     client: &client,
                     ticks,
-                    calls: &calls,
+                    watched: &watched,
+                    standin: standin.as_ref(),
                     rtt_ms,
+                    messages,
                 };
                 let sample = run.once(consumer, round).await?;
                 report::line(&sample);
+                report::breakdown(&sample);
                 samples.push(sample);
             }
         }
@@ -296,15 +365,19 @@ async fn compare(mut args: CompareArgs) -> Result<(), String> {
 
 struct Run<'a> {
     args: &'a CompareArgs,
-    readers: &'a [PathBuf],
+    readers: &'a [ReaderVariant],
     sink: &'a CountingSink,
     sink_url: &'a str,
     /// Where the consumer reaches SQS: LocalStack itself or a latency proxy in front of it.
     endpoint: &'a str,
     client: &'a aws_sdk_sqs::Client,
     ticks: u64,
-    calls: &'a Arc<SqsCalls>,
+    /// This run's proxy: its SQS calls and its receives' legs.
+    watched: &'a Arc<Watched>,
+    /// The stand-in, for its handler time over the run.
+    standin: Option<&'a standin::StandIn>,
     rtt_ms: u64,
+    messages: usize,
 }
 
 impl Run<'_> {
@@ -317,7 +390,7 @@ impl Run<'_> {
     }
 
     async fn measure(&self, consumer: Consumer, round: usize, url: &str) -> Result<Sample, String> {
-        let n = self.args.messages;
+        let n = self.messages;
         let idle = Duration::from_secs(self.args.idle_seconds);
         if idle.is_zero() {
             queue::fill(self.client, url, n, self.args.body_bytes).await?;
@@ -334,6 +407,7 @@ impl Run<'_> {
                 queue::fill(self.client, url, n, self.args.body_bytes).await?;
             }
             let (first, cpu_first) = self.first_event(&mut child, &dir).await?;
+            let handler_first = self.standin.map(standin::StandIn::receive_time);
             let harness = || proc_stat::cpu_time(std::process::id(), self.ticks).map_err(|e| e.to_string());
             let harness_first = harness()?;
             let deadline = Instant::now() + Duration::from_secs(300);
@@ -351,7 +425,14 @@ impl Run<'_> {
             let end = Instant::now();
             let cpu_end = proc_stat::cpu_time(pid, self.ticks).map_err(|e| e.to_string())?;
             let harness_window = (harness()? - harness_first).as_secs_f64();
-            let calls = self.calls.snapshot();
+            let calls = self.watched.calls.snapshot();
+            // The stand-in's own time per receive over the window (handler entry to answer).
+            let backend_receive_ms = match (handler_first, self.standin.map(standin::StandIn::receive_time)) {
+                (Some((c0, us0)), Some((c1, us1))) if c1 > c0 => {
+                    Some((us1 - us0) as f64 / 1000.0 / (c1 - c0) as f64)
+                }
+                _ => None,
+            };
             let (rss, hwm) = proc_stat::memory_kib(pid).map_err(|e| e.to_string())?;
             let (_, accepted, _) = self.sink.figures();
             Ok::<Sample, String>(Sample {
@@ -360,7 +441,10 @@ impl Run<'_> {
                 rtt_ms: self.rtt_ms,
                 pollers: self.args.pollers as f64,
                 receive_ms: None,
+                windows: None,
                 calls,
+                exchanges: self.watched.exchanges.figures(),
+                backend_receive_ms,
                 memory: Memory { idle_kib: idle_kib.map(|(rss, _)| rss), end_kib: rss, peak_kib: hwm },
                 seconds: (end - first).as_secs_f64(),
                 cpu_window: (cpu_end - cpu_first).as_secs_f64(),
@@ -376,8 +460,9 @@ impl Run<'_> {
         outcome.map(|mut sample| {
             if matches!(consumer, Consumer::Reader(_)) {
                 match rtt::pollers_windows(&log) {
-                    Some((pollers, receive_ms)) => {
-                        (sample.pollers, sample.receive_ms) = (pollers, Some(receive_ms))
+                    Some(w) => {
+                        (sample.pollers, sample.receive_ms) = (w.pollers, Some(w.receive_ms));
+                        sample.windows = Some(w);
                     }
                     None => sample.pollers = rtt::pollers_chosen(&log).unwrap_or(self.args.pollers) as f64,
                 }
@@ -424,7 +509,11 @@ impl Run<'_> {
                     )
                     .yaml();
                 std::fs::write(&source, yaml).map_err(|e| e.to_string())?;
-                let mut c = Command::new(&self.readers[which]);
+                let variant = &self.readers[which];
+                let mut c = Command::new(&variant.path);
+                if let Some(workers) = variant.workers {
+                    c.env("TOKIO_WORKER_THREADS", workers.to_string());
+                }
                 // Its per-window poller figures (count, receive time), for the summary.
                 c.env("RUST_LOG", "info,sluice_reader::run::pollers=debug");
                 c.arg("--source")

@@ -47,10 +47,15 @@ pub async fn calls(client: &aws_sdk_sqs::Client, calls: usize) -> Result<Probe, 
     Ok(Probe::of(took))
 }
 
-/// `calls` sequential calls through a fresh proxy adding `rtt` in front of `endpoint` (after one
-/// unmeasured call, which opens the connection).
-pub async fn through_proxy(endpoint: &str, rtt: Duration, count: usize) -> Result<Probe, String> {
-    let proxy = rtt::proxy(endpoint, rtt, None).await?;
+/// `calls` sequential calls through a fresh proxy (as `runtimes` says) adding `rtt` in front of
+/// `endpoint` (after one unmeasured call, which opens the connection).
+pub async fn through_proxy(
+    runtimes: &crate::runtimes::Runtimes,
+    endpoint: &str,
+    rtt: Duration,
+    count: usize,
+) -> Result<Probe, String> {
+    let proxy = rtt::proxy(runtimes, endpoint, rtt, None)?;
     let client = queue::client(&proxy.url());
     calls(&client, 1).await?;
     calls(&client, count).await

@@ -6,7 +6,14 @@
 
 use std::path::PathBuf;
 
+use crate::exchanges::{Figures, Spread};
 use crate::rtt::Calls;
+
+/// A reader binary and the worker threads it is told to use (`None`: its own default).
+pub struct ReaderVariant {
+    pub path: PathBuf,
+    pub workers: Option<usize>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Consumer {
@@ -50,8 +57,14 @@ pub struct Sample {
     /// The reader's mean time per ReceiveMessage that brought messages, as it measured it (RTT
     /// plus SQS's own time under this load); `None` for the loop and readers that do not log it.
     pub receive_ms: Option<f64>,
+    /// The reader's poller windows, when it logs them.
+    pub windows: Option<crate::rtt::Windows>,
     /// SQS calls through the proxy (all zero without one).
     pub calls: Calls,
+    /// Its receives as the proxy timed them (behind a proxy).
+    pub exchanges: Option<Figures>,
+    /// The stand-in's own time per receive over the window (handler entry to answer), ms.
+    pub backend_receive_ms: Option<f64>,
     pub memory: Memory,
     /// First event at the sink to the queue reported empty.
     pub seconds: f64,
@@ -68,15 +81,24 @@ pub struct Sample {
     pub messages: usize,
 }
 
-pub fn header(endpoint: &str, readers: &[PathBuf], messages: usize, runs: usize, pollers: usize, wait: i32) {
+pub fn header(
+    endpoint: &str,
+    readers: &[ReaderVariant],
+    messages: &[usize],
+    runs: usize,
+    pollers: usize,
+    wait: i32,
+    harness: &str,
+) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "bench_vs_loop: {messages} messages per run, {runs} rounds, {pollers} pollers each, wait {wait} s"
+        "bench_vs_loop: {messages:?} messages per run, {runs} rounds, {pollers} pollers each, wait {wait} s"
     );
-    println!("  SQS endpoint {endpoint}");
+    println!("  SQS endpoint {endpoint}; harness {harness}");
     for (i, reader) in readers.iter().enumerate() {
-        println!("  {} {}", Consumer::Reader(i).label(), reader.display());
+        let workers = reader.workers.map_or(String::new(), |w| format!(" (TOKIO_WORKER_THREADS={w})"));
+        println!("  {} {}{workers}", Consumer::Reader(i).label(), reader.path.display());
     }
     println!(
         "  {cores} cores; load average at start {}",
@@ -125,6 +147,74 @@ pub fn line(s: &Sample) {
         s.memory.idle_kib.map_or("-".into(), mib),
         mib(s.memory.end_kib),
         mib(s.memory.peak_kib),
+    );
+}
+
+/// Where the run's receives spent their time, behind a proxy: each leg's mean (median/p90) in ms.
+pub fn breakdown(s: &Sample) {
+    let Some(x) = &s.exchanges else { return };
+    let handler = s.backend_receive_ms.map_or("-".into(), |ms| format!("{ms:.3}"));
+    let own = match s.receive_ms {
+        Some(ms) => format!("; its own receive {ms:.2} ms, so {:.2} ms on its side", ms - x.total.mean),
+        None => String::new(),
+    };
+    println!(
+        "  {} receives at the proxy {}: {} ms = request leg {} + backend {} (handler {handler}) + answer leg {}; \
+         asked {:.2}, left late by {:.3} (timer {:.3}, runtime {:.3}); chunks {:.1}/{:.1}{own}",
+        s.consumer.label(),
+        x.receives,
+        x.total,
+        x.request_leg,
+        x.backend,
+        x.answer_leg,
+        x.asked_ms,
+        x.late_ms,
+        x.timer_late_ms,
+        x.poll_late_ms,
+        x.request_chunks,
+        x.answer_chunks,
+    );
+    if let Some(w) = &s.windows {
+        println!(
+            "  {} pollers by window: {}; waited for room or rate {:.1} % of poller time",
+            s.consumer.label(),
+            w.counts,
+            w.waited * 100.0
+        );
+    }
+}
+
+/// Per consumer, the medians over its runs of where a receive's time went (means per run).
+fn breakdown_summary(samples: &[&Sample], c: Consumer) {
+    let runs: Vec<(&Sample, &Figures)> = samples
+        .iter()
+        .filter(|s| s.consumer == c)
+        .filter_map(|s| Some((*s, s.exchanges.as_ref()?)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let of = |f: &dyn Fn(&Sample, &Figures) -> Option<f64>| {
+        median(runs.iter().filter_map(|(s, x)| f(s, x)).collect())
+    };
+    let mean = |f: fn(&Figures) -> Spread| move |_: &Sample, x: &Figures| Some(f(x).mean);
+    let total = of(&mean(|x| x.total));
+    let own = of(&|s, _| s.receive_ms);
+    let side = of(&|s, x| Some(s.receive_ms? - x.total.mean));
+    println!(
+        "  a receive, medians of the runs' means: {:<8} at the proxy {total:.2} ms = request leg {:.2} + backend {:.2} \
+         (handler {:.3}) + answer leg {:.2}; asked {:.2}, left late by {:.3} (timer {:.3}, runtime {:.3}); answer chunks {:.1}; \
+         its own receive {own:.2} ms, its side {side:.2} ms",
+        c.label(),
+        of(&mean(|x| x.request_leg)),
+        of(&mean(|x| x.backend)),
+        of(&|s, _| s.backend_receive_ms),
+        of(&mean(|x| x.answer_leg)),
+        of(&|_, x| Some(x.asked_ms)),
+        of(&|_, x| Some(x.late_ms)),
+        of(&|_, x| Some(x.timer_late_ms)),
+        of(&|_, x| Some(x.poll_late_ms)),
+        of(&|_, x| Some(x.answer_chunks)),
     );
 }
 
@@ -201,6 +291,7 @@ pub fn summary(all: &[Sample], base_ms: f64, probed: &[(u64, f64)]) {
                     of(|s| s.harness_cpu_window / s.seconds),
                     std::thread::available_parallelism().map_or(0, |n| n.get())
                 );
+                breakdown_summary(&samples, c);
                 if !by_receive.is_empty() {
                     let took = median(by_receive.iter().map(|(ms, _)| *ms).collect());
                     let ratios: Vec<f64> = by_receive.iter().map(|(_, r)| *r).collect();

@@ -12,9 +12,19 @@ use std::time::Duration;
 
 #[path = "../../../tests/src/latency_proxy.rs"]
 #[allow(dead_code)]
-mod latency_proxy;
+pub mod latency_proxy;
 
-pub use latency_proxy::{Delay, LatencyProxy};
+pub use latency_proxy::{Delay, LatencyProxy, Watch};
+
+use crate::exchanges::Exchanges;
+use crate::runtimes::Runtimes;
+
+/// What a consumer's proxy counts (its SQS calls by action) and times (its receives' legs).
+#[derive(Default)]
+pub struct Watched {
+    pub calls: SqsCalls,
+    pub exchanges: Exchanges,
+}
 
 /// SQS calls seen on the way in, by action.
 #[derive(Default)]
@@ -75,16 +85,26 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A proxy adding `rtt` (10% jitter) in front of `upstream`, counting SQS calls into `calls`.
-pub async fn proxy(
+/// A proxy adding `rtt` (10% jitter, shaped as `runtimes` says) in front of `upstream`, on
+/// `runtimes.proxy`, counting and timing SQS calls into `watched`.
+pub fn proxy(
+    runtimes: &Runtimes,
     upstream: &str,
     rtt: Duration,
-    calls: Option<Arc<SqsCalls>>,
+    watched: Option<Arc<Watched>>,
 ) -> Result<LatencyProxy, String> {
     let addr = upstream_addr(upstream)?;
-    let tap = calls.map(|c| Arc::new(move |chunk: &[u8]| c.observe(chunk)) as latency_proxy::Tap);
-    LatencyProxy::start(addr, Delay::round_trip(rtt, 10), tap)
-        .await
+    let watch = match watched {
+        None => Watch::default(),
+        Some(w) => {
+            let counted = w.clone();
+            Watch {
+                tap: Some(Arc::new(move |chunk: &[u8]| counted.calls.observe(chunk))),
+                stamps: Some(Arc::new(move |stamp: &latency_proxy::Stamp<'_>| w.exchanges.observe(stamp))),
+            }
+        }
+    };
+    LatencyProxy::start_on(&runtimes.proxy, addr, runtimes.delay(rtt), watch)
         .map_err(|e| format!("latency proxy in front of {upstream}: {e}"))
 }
 
@@ -101,12 +121,26 @@ pub fn pollers_chosen(log: &str) -> Option<usize> {
     (!per_queue.is_empty()).then(|| per_queue.values().sum())
 }
 
-/// From the reader's "pollers window" debug lines (one a second per queue, text format), over the
-/// windows that brought messages: the mean poller count (summed over queues per window would need
-/// their timing; one queue is what the bench runs) and the mean time per receive, weighted by the
-/// messages of each window. `None` if it logged none (a reader built before those lines).
-pub fn pollers_windows(log: &str) -> Option<(f64, f64)> {
-    let (mut windows, mut pollers, mut messages, mut weighted_ms) = (0.0, 0.0, 0.0, 0.0);
+/// What the reader's "pollers window" debug lines (one a second per queue, text format) say over
+/// the windows that brought messages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Windows {
+    /// The mean poller count (one queue is what the bench runs).
+    pub pollers: f64,
+    /// The mean time per receive, weighted by the messages of each window.
+    pub receive_ms: f64,
+    /// Share of the pollers' time spent waiting for room or for the rate limit: receives held
+    /// back by delivery or settling rather than by the round trip.
+    pub waited: f64,
+    /// The count window by window, e.g. `4 4 5 4`.
+    pub counts: String,
+}
+
+/// The reader's windows that brought messages; `None` if it logged none (a reader built before
+/// those lines).
+pub fn pollers_windows(log: &str) -> Option<Windows> {
+    let (mut windows, mut pollers, mut messages, mut weighted_ms, mut waited_ms) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut counts = Vec::new();
     for line in log.lines().filter(|l| l.contains("pollers window")) {
         let field = |name: &str| {
             line.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse::<f64>().ok())
@@ -118,9 +152,16 @@ pub fn pollers_windows(log: &str) -> Option<(f64, f64)> {
         if m > 0.0 {
             (windows, pollers, messages, weighted_ms) =
                 (windows + 1.0, pollers + p, messages + m, weighted_ms + m * ms);
+            waited_ms += field("room_wait_ms=").unwrap_or(0.0) + field("rate_wait_ms=").unwrap_or(0.0);
+            counts.push(p.to_string());
         }
     }
-    (windows > 0.0).then(|| (pollers / windows, weighted_ms / messages))
+    (windows > 0.0).then(|| Windows {
+        pollers: pollers / windows,
+        receive_ms: weighted_ms / messages,
+        waited: waited_ms / (pollers * 1000.0),
+        counts: counts.join(" "),
+    })
 }
 
 /// `http://127.0.0.1:4566/...` -> 127.0.0.1:4566.
@@ -149,9 +190,10 @@ mod tests {
         let log = "t DEBUG x: pollers window queue=q pollers=4 messages=400 round_trip_ms=100.0 room_wait_ms=0\n\
                    t DEBUG x: pollers window queue=q pollers=6 messages=600 round_trip_ms=50.0 room_wait_ms=0\n\
                    t DEBUG x: pollers window queue=q pollers=8 messages=0 round_trip_ms=0 room_wait_ms=0\n";
-        let (pollers, ms) = pollers_windows(log).unwrap();
-        assert_eq!(pollers, 5.0, "windows without messages do not count");
-        assert_eq!(ms, 70.0, "weighted by messages");
+        let w = pollers_windows(log).unwrap();
+        assert_eq!(w.pollers, 5.0, "windows without messages do not count");
+        assert_eq!(w.receive_ms, 70.0, "weighted by messages");
+        assert_eq!((w.waited, w.counts.as_str()), (0.0, "4 6"));
         assert_eq!(pollers_windows("pollers resized queue=q from=4 to=5"), None);
     }
 }

@@ -45,20 +45,29 @@ impl StandIn {
         let max = self.state.max_micros.load(Ordering::Relaxed) as f64;
         (calls, if calls == 0 { 0.0 } else { total / calls as f64 }, max)
     }
+
+    /// ReceiveMessage calls so far and their summed handler time (microseconds): a run's share is
+    /// the difference of two readings.
+    pub fn receive_time(&self) -> (u64, u64) {
+        (self.state.receives.load(Ordering::Relaxed), self.state.receive_micros.load(Ordering::Relaxed))
+    }
 }
 
-/// Binds 127.0.0.1 on a free port and serves until the process ends.
-pub async fn start() -> Result<StandIn, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+/// Binds 127.0.0.1 on a free port and serves, on `runtime`, until the process ends.
+pub fn start_on(runtime: &tokio::runtime::Handle) -> Result<StandIn, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
     let url = format!("http://{addr}");
     let state = Arc::new(Shared { base: url.clone(), ..Shared::default() });
     let app = axum::Router::new().fallback(handle).with_state(state.clone());
-    // Answers go out at once (no Nagle wait behind an unacknowledged segment), as from SQS.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::spawn(async move {
+    runtime.spawn(async move {
+        // Registered with the reactor of the runtime that serves it.
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+        // Answers go out at once (no Nagle wait behind an unacknowledged segment), as from SQS.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, app).await;
     });
     Ok(StandIn { url, state })
@@ -72,6 +81,9 @@ struct Shared {
     calls: AtomicU64,
     busy_micros: AtomicU64,
     max_micros: AtomicU64,
+    /// The same for ReceiveMessage alone.
+    receives: AtomicU64,
+    receive_micros: AtomicU64,
 }
 
 struct Message {
@@ -402,6 +414,9 @@ async fn receive(state: &Shared, request: &Value, started: Instant) -> Response 
     };
     let answering = Instant::now();
     let answer = json!({ "Messages": messages }).to_string();
-    state.record(busy + answering.elapsed());
+    let own = busy + answering.elapsed();
+    state.record(own);
+    state.receives.fetch_add(1, Ordering::Relaxed);
+    state.receive_micros.fetch_add(own.as_micros() as u64, Ordering::Relaxed);
     ([(header::CONTENT_TYPE, "application/x-amz-json-1.0")], answer).into_response()
 }
