@@ -17,12 +17,18 @@
 
 #[path = "../bench_vs_loop/child.rs"]
 mod child;
+#[path = "../bench_vs_loop/exchanges.rs"]
+#[allow(dead_code)]
+mod exchanges;
 #[path = "../bench_vs_loop/queue.rs"]
 #[allow(dead_code)]
 mod queue;
 #[path = "../bench_vs_loop/rtt.rs"]
 #[allow(dead_code)]
 mod rtt;
+#[path = "../bench_vs_loop/runtimes.rs"]
+#[allow(dead_code)]
+mod runtimes;
 #[path = "../bench_vs_loop/sink.rs"]
 mod sink;
 
@@ -35,7 +41,8 @@ use clap::Parser;
 use sluice_tests::source::{Sink, SourceYaml};
 use tokio::time::Instant;
 
-use rtt::{Calls, SqsCalls};
+use rtt::{Calls, Watched};
+use runtimes::{Placement, Runtimes, Shape};
 use sink::CountingSink;
 
 #[derive(Parser, Clone)]
@@ -97,7 +104,8 @@ async fn main() -> Result<(), String> {
     })?;
     let sink = CountingSink::default();
     let sink_url = sink.start().await.map_err(|e| format!("sink: {e}"))?;
-    let bench = Bench { args: &args, reader, client, sink, sink_url };
+    let runtimes = Runtimes::new(Placement::Shared, Shape::Even)?;
+    let bench = Bench { args: &args, reader, client, sink, sink_url, runtimes };
     let mut rows = Vec::new();
     for &workload in &args.workloads {
         for window in [0, args.window_ms] {
@@ -116,6 +124,9 @@ struct Bench<'a> {
     client: aws_sdk_sqs::Client,
     sink: CountingSink,
     sink_url: String,
+    /// Where the (zero-delay) call-counting proxy runs: beside the sink, as nothing is timed here
+    /// but CPU and calls.
+    runtimes: Runtimes,
 }
 
 impl Bench<'_> {
@@ -137,8 +148,9 @@ impl Bench<'_> {
             queue::fill(&self.client, url, messages, 0).await?;
         }
         self.sink.reset();
-        let calls = Arc::new(SqsCalls::default());
-        let proxy = rtt::proxy(&self.args.endpoint, Duration::ZERO, Some(calls.clone())).await?;
+        let watched = Arc::new(Watched::default());
+        let proxy = rtt::proxy(&self.runtimes, &self.args.endpoint, Duration::ZERO, Some(watched.clone()))?;
+        let calls = &watched.calls;
         let admin = free_port()?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut child = self.spawn(url, &proxy.url(), admin, window_ms, &dir)?;
