@@ -103,21 +103,9 @@ pub async fn start(
         None => Arc::new(Open),
         Some((driver, _)) => Arc::new(EpochGate::new(driver.clone(), metrics.clone())),
     };
-    let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
     let filter = filter_stage(settings, &sinks)?;
-    let diverted = filter.as_ref().and_then(|f| f.route_to());
-    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()).divert_to(diverted);
+    let (pipeline, ledger) = pipeline(settings, sinks, &filter, &objects, &queues, &gate, &metrics, stop);
     let window = settings.receive.batch_window;
-    let settled = objects.clone().map(|o| o as Arc<dyn Settled>);
-    let acker = Acker::spawn_lingering(queues.clone(), ledger.clone(), metrics.clone(), settled, window);
-    let pipeline = Arc::new(Pipeline::new(
-        dispatcher,
-        ledger.clone(),
-        acker,
-        metrics.clone(),
-        stop.clone(),
-        gate.clone(),
-    ));
     let limiter = Arc::new(Limiter::new(settings.rate));
     follow_rate_share(settings, options, &limiter, &metrics, stop).await;
     let reporter = super::report::sink_health(settings, options, &report, stop).await;
@@ -148,6 +136,31 @@ pub async fn start(
         reporter,
         metrics,
     }))
+}
+
+/// The settling pipeline: the ledger (whose delete policy the guarantee sets), the dispatcher to
+/// the sinks (mismatches diverted where the filter routes them) and the acker (which tells the
+/// object cleanup what it settled). Answers the ledger too, which the heartbeat reads.
+#[allow(clippy::too_many_arguments)] // the parts start wires together, each named once
+fn pipeline(
+    settings: &Settings,
+    sinks: Sinks,
+    filter: &Option<Arc<FilterStage>>,
+    objects: &Option<Arc<ObjectCleanup>>,
+    queues: &[Arc<Queue>],
+    gate: &Arc<dyn Gate>,
+    metrics: &Arc<Metrics>,
+    stop: &Stop,
+) -> (Arc<Pipeline>, Arc<Mutex<Ledger>>) {
+    let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
+    let diverted = filter.as_ref().and_then(|f| f.route_to());
+    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()).divert_to(diverted);
+    let window = settings.receive.batch_window;
+    let settled = objects.clone().map(|o| o as Arc<dyn Settled>);
+    let acker = Acker::spawn_lingering(queues.to_vec(), ledger.clone(), metrics.clone(), settled, window);
+    let pipeline =
+        Pipeline::new(dispatcher, ledger.clone(), acker, metrics.clone(), stop.clone(), gate.clone());
+    (Arc::new(pipeline), ledger)
 }
 
 /// `spec.filter`, compiled once for every poller (absent: none).
