@@ -61,6 +61,11 @@ impl Reader {
         Ok(reqwest::get(format!("http://{}/metrics", self.admin)).await?.text().await?)
     }
 
+    /// One metric from `/metrics`: its sample, or the sum of its family's samples; 0 when absent.
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        Ok(crate::scrape::metric(&self.metrics().await?, name).unwrap_or(0.0))
+    }
+
     /// What the reader logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -103,10 +103,6 @@ async fn send_pointers(
     Ok(expected)
 }
 
-async fn reader_metric(reader: &Reader, name: &str) -> Result<f64> {
-    Ok(metric(&reader.metrics().await?, name).unwrap_or(0.0))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
@@ -156,7 +152,7 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
         sink.wait_for_distinct(MESSAGES as u64, DELIVERED_WITHIN).await.with_context(|| reader.log())?;
     until(Duration::from_secs(60), Duration::from_millis(300), || async {
         let left = queue.approximate_counts().await?.total();
-        let ready = reader_metric(&reader, "sluice_reader_ready").await?;
+        let ready = reader.metric("sluice_reader_ready").await?;
         Ok(Check::met_if(left == 0 && ready == 1.0, || {
             format!("{left} messages left in the queue, ready {ready}")
         }))
@@ -174,7 +170,7 @@ async fn an_s3_outage_holds_messages_instead_of_dead_lettering_them() -> Result<
     for id in expected.keys() {
         *histogram.entry(counts.get(id).copied().unwrap_or(0)).or_insert(0) += 1;
     }
-    let received = reader_metric(&reader, "sluice_reader_received_messages_total").await?;
+    let received = reader.metric("sluice_reader_received_messages_total").await?;
     let dead_lettered = dlq.drain_count().await?;
     println!(
         "S3 refusing for {seconds} s (not ready after {:.1} s; {failures}): {identical} of {MESSAGES} delivered byte-identical ({} duplicates), {dead_lettered} in the DLQ, receive counts {histogram:?}, {received} messages received in all",

@@ -29,7 +29,6 @@ use anyhow::{Context as _, Result, ensure};
 use axum::http::StatusCode;
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, s3_client, seq_of, sqs_client};
 use sluice_tests::poll::{Check, until};
-use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
@@ -80,14 +79,10 @@ async fn silent(listener: TcpListener, stop: CancellationToken) {
 }
 
 /// One family's value from `reader`'s metrics (0 when absent).
-async fn reader_metric(reader: &Reader, name: &str) -> Result<f64> {
-    Ok(metric(&reader.metrics().await?, name).unwrap_or(0.0))
-}
-
 /// Waits until `reader`'s sink circuit is open (its admin server may not be up yet at first).
 async fn wait_open(reader: &Reader, what: &str) -> Result<()> {
     until(OPENS_WITHIN, Duration::from_millis(250), || async {
-        Ok(match reader_metric(reader, "sluice_reader_sink_circuit_state").await {
+        Ok(match reader.metric("sluice_reader_sink_circuit_state").await {
             Ok(state) => Check::met_if(state >= 1.0, || format!("{what}: the circuit is {state}, not open")),
             Err(e) => Check::NotYet(format!("{what}: no metrics yet: {e:#}")),
         })
@@ -149,10 +144,10 @@ async fn run(endpoint: &str, outage: Outage, seconds: u64) -> Result<Run> {
     // The circuit opens within seconds, and the pollers stop receiving.
     wait_open(&reader, &format!("{outage:?}")).await?;
     let opened_after = started.elapsed();
-    let calls_at_open = reader_metric(&reader, "sluice_reader_receive_calls_total").await?;
+    let calls_at_open = reader.metric("sluice_reader_receive_calls_total").await?;
     let rest = Duration::from_secs(seconds).saturating_sub(started.elapsed());
     tokio::time::sleep(rest).await;
-    let calls_at_end = reader_metric(&reader, "sluice_reader_receive_calls_total").await?;
+    let calls_at_end = reader.metric("sluice_reader_receive_calls_total").await?;
     let receives_while_open = calls_at_end - calls_at_open;
     let open_minutes = (seconds as f64 - opened_after.as_secs_f64()).max(1.0) / 60.0;
     ensure!(
@@ -187,8 +182,8 @@ async fn run(endpoint: &str, outage: Outage, seconds: u64) -> Result<Run> {
         Ok(Check::met_if(left == 0, || format!("{outage:?}: {left} messages left in the queue")))
     })
     .await?;
-    let received_messages = reader_metric(&reader, "sluice_reader_received_messages_total").await?;
-    let receives_in_all = reader_metric(&reader, "sluice_reader_receive_calls_total").await?;
+    let received_messages = reader.metric("sluice_reader_received_messages_total").await?;
+    let receives_in_all = reader.metric("sluice_reader_receive_calls_total").await?;
     let dead_lettered = dlq.drain_count().await?;
     drop(reader);
     sink.stop().await?;
@@ -292,10 +287,9 @@ async fn exactly_once_to_a_missing_bucket_holds_until_it_exists() -> Result<()> 
     let reader = Reader::start(dir.path(), &yaml)?;
     let started = Instant::now();
     wait_open(&reader, "exactlyOnce").await?;
-    let calls_at_open = reader_metric(&reader, "sluice_reader_receive_calls_total").await?;
+    let calls_at_open = reader.metric("sluice_reader_receive_calls_total").await?;
     tokio::time::sleep(Duration::from_secs(seconds).saturating_sub(started.elapsed())).await;
-    let receives_while_open =
-        reader_metric(&reader, "sluice_reader_receive_calls_total").await? - calls_at_open;
+    let receives_while_open = reader.metric("sluice_reader_receive_calls_total").await? - calls_at_open;
     let dead_during = dlq.approximate_counts().await?.total();
     ensure!(dead_during == 0, "{dead_during} messages in the DLQ while the bucket was missing");
 
@@ -312,7 +306,7 @@ async fn exactly_once_to_a_missing_bucket_holds_until_it_exists() -> Result<()> 
     // A late duplicate commit would show up here.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let seen = committed_seqs(&s3, &bucket).await?;
-    let received = reader_metric(&reader, "sluice_reader_received_messages_total").await?;
+    let received = reader.metric("sluice_reader_received_messages_total").await?;
     let duplicates: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     let lost = (0..MESSAGES as u64).filter(|s| !seen.contains_key(s)).count();
     let dead_lettered = dlq.drain_count().await?;

@@ -31,7 +31,6 @@ use anyhow::{Context as _, Result, ensure};
 use sluice_tests::localstack::{LocalStack, QueueOptions, Redrive, TestQueue, sqs_client};
 use sluice_tests::outage::Outage;
 use sluice_tests::poll::{Check, until};
-use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::standalone::Reader;
@@ -52,10 +51,6 @@ const WITHIN: Duration = Duration::from_secs(120);
 
 fn outage_seconds() -> u64 {
     std::env::var("SLUICE_SQS_OUTAGE_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
-}
-
-async fn reader_metric(reader: &Reader, name: &str) -> Result<f64> {
-    Ok(metric(&reader.metrics().await?, name).unwrap_or(0.0))
 }
 
 /// The sum of `sluice_reader_errors_total` series of one stage.
@@ -100,11 +95,11 @@ async fn an_sqs_outage_holds_messages_and_costs_no_receive() -> Result<()> {
 
     path.cut().await?;
     let cut_at = Instant::now();
-    let held_at_cut = reader_metric(&reader, "sluice_reader_held_messages").await?;
+    let held_at_cut = reader.metric("sluice_reader_held_messages").await?;
     // The fault shows: receives fail, and after unreadyAfterSeconds the reader is not ready.
     until(WITHIN, Duration::from_millis(500), || async {
         let failed = stage_errors(&reader, "receive").await?;
-        let ready = reader_metric(&reader, "sluice_reader_ready").await?;
+        let ready = reader.metric("sluice_reader_ready").await?;
         Ok(Check::met_if(failed > 0.0 && ready == 0.0, || format!("receive errors {failed}, ready {ready}")))
     })
     .await
@@ -119,7 +114,7 @@ async fn an_sqs_outage_holds_messages_and_costs_no_receive() -> Result<()> {
     let stats = sink.wait_for_distinct(MESSAGES as u64, WITHIN).await.with_context(|| reader.log())?;
     until(WITHIN, Duration::from_millis(300), || async {
         let left = queue.approximate_counts().await?.total();
-        let ready = reader_metric(&reader, "sluice_reader_ready").await?;
+        let ready = reader.metric("sluice_reader_ready").await?;
         Ok(Check::met_if(left == 0 && ready == 1.0, || {
             format!("{left} messages left in the queue, ready {ready}")
         }))
