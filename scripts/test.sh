@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # THE test command: from a fresh clone to a green (or red) suite, with nothing installed beforehand but
-# Rust and a Python 3.13 (LocalStack's host mode needs it; tests/scripts/localstack.sh finds it or says how
-# to get one).
+# Rust, Go 1.26+ (the real Kubernetes control plane builds from pinned Go modules, once per version, into
+# a cache outside the work tree; tests/scripts/kube-binaries.sh) and a Python 3.13 (LocalStack's host
+# mode needs it; tests/scripts/localstack.sh finds it or says how to get one).
 #
 # Why one script: CI (.ci/run) and people run exactly the same steps, in the same order, with the same
 # LocalStack. It formats-checks, lints, and runs every workspace test (unit, schema/CEL, CRD drift,
@@ -32,6 +33,24 @@ for component in rustfmt clippy; do
   fi
 done
 
+# The control plane's binaries build in the background while cargo builds (first run: about ten
+# minutes of Go on 2 cores, then cached): the newest pinned Kubernetes for every suite, and the oldest
+# supported one for its smoke test.
+mkdir -p .sluice
+readonly KUBE_LOG=.sluice/kube-binaries.out
+setsid bash -c 'for minor in $(bash tests/scripts/kube-binaries.sh versions | cut -d. -f1,2); do
+    bash tests/scripts/kube-binaries.sh "$minor" || exit 1; done' >"$KUBE_LOG" 2>&1 &
+kube_job=$!
+
+# cargo-nextest runs each test in a process of its own (a suite's SIGKILLs and env stay its own);
+# installed from crates.io when missing, beside the build.
+nextest_job=""
+if [[ -z "${SLUICE_TEST_RUNNER:-}" ]] && ! cargo nextest --version >/dev/null 2>&1; then
+  echo "test.sh: installing cargo-nextest from crates.io (first run only)"
+  setsid cargo install --locked cargo-nextest@0.9.151 >.sluice/nextest-install.out 2>&1 &
+  nextest_job=$!
+fi
+
 # LocalStack installs (first run: about a minute) and starts in the background while cargo lints.
 mkdir -p .sluice/localstack
 started_localstack=no
@@ -44,7 +63,16 @@ else
   setsid "$LOCALSTACK" start >"$START_LOG" 2>&1 &
   localstack_job=$!
 fi
+cluster_pid=""
 cleanup() {
+  if [[ -n "$cluster_pid" ]]; then
+    # SIGTERM: the kubelet stops the pods within their grace, then the control plane stops.
+    kill -TERM "$cluster_pid" 2>/dev/null || true
+    wait "$cluster_pid" 2>/dev/null || true
+  fi
+  for job in "$kube_job" "$nextest_job"; do
+    if [[ -n "$job" ]]; then kill -TERM -- "-$job" 2>/dev/null || true; fi
+  done
   if [[ -n "$localstack_job" ]]; then kill -TERM -- "-$localstack_job" 2>/dev/null || true; fi
   if [[ "$started_localstack" == yes ]]; then "$LOCALSTACK" stop >/dev/null 2>&1 || true; fi
 }
@@ -97,6 +125,50 @@ if [[ -n "$localstack_job" ]]; then
 fi
 eval "$("$LOCALSTACK" env)"
 echo "SLUICE_LOCALSTACK_ENDPOINT=$SLUICE_LOCALSTACK_ENDPOINT"
+
+step "Kubernetes: the real control plane (binaries from pinned Go modules) and the process kubelet"
+kube_started=$SECONDS
+if ! wait "$kube_job"; then
+  kube_job=""
+  cat "$KUBE_LOG" >&2
+  echo "test.sh: the control plane's binaries could not be built (see above)" >&2
+  exit 1
+fi
+kube_job=""
+cat "$KUBE_LOG"
+echo "test.sh: control plane binaries ready (waited $((SECONDS - kube_started)) s after the build)"
+SLUICE_KUBE_BINARIES="$(bash tests/scripts/kube-binaries.sh)"
+export SLUICE_KUBE_BINARIES
+# One cluster for the whole run, a namespace per suite (as envtest users share one per package); the
+# suites that take the control plane down start private ones.
+readonly CLUSTER_DIR="$PWD/.sluice/cluster"
+rm -rf "$CLUSTER_DIR"
+mkdir -p "$CLUSTER_DIR"
+target/debug/sluice-controlplane up --dir "$CLUSTER_DIR" --bin-dir "$PWD/target/debug" \
+  >"$CLUSTER_DIR/sluice-controlplane.log" 2>&1 &
+cluster_pid=$!
+for _ in $(seq 1 600); do
+  [[ -f "$CLUSTER_DIR/cluster.json" ]] && break
+  if ! kill -0 "$cluster_pid" 2>/dev/null; then
+    cat "$CLUSTER_DIR/sluice-controlplane.log" >&2
+    echo "test.sh: the test cluster did not start (log above)" >&2
+    cluster_pid=""
+    exit 1
+  fi
+  sleep 0.5
+done
+[[ -f "$CLUSTER_DIR/cluster.json" ]] || { echo "test.sh: the test cluster did not start in 300 s" >&2; exit 1; }
+export SLUICE_CLUSTER="$CLUSTER_DIR"
+grep -E "cluster ready" "$CLUSTER_DIR/sluice-controlplane.log" || true
+echo "KUBECONFIG=$CLUSTER_DIR/controlplane/admin.kubeconfig"
+
+if [[ -n "$nextest_job" ]]; then
+  if ! wait "$nextest_job"; then
+    tail -5 .sluice/nextest-install.out >&2
+    echo "test.sh: cargo-nextest did not install; running the suites with cargo test" >&2
+  fi
+  nextest_job=""
+fi
 
 # The protocol's model check prints how many states it explored; run it visibly, once, here, and keep it
 # out of the main run below.

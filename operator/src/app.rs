@@ -81,16 +81,19 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let metrics = Metrics::register(&mut registry);
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let inspector = Identities::new(SqsInspector::new(aws));
+    let scope = Scope::from_flag(cli.namespace.clone());
     let scaler = scaler::run(
         client.clone(),
+        scope.clone(),
         Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
         &mut registry,
         shutdown.child_token(),
     );
 
-    let checkpoint = checkpoint::run(client.clone(), &mut registry, shutdown.child_token());
-    let sink_health = sink_health::run(client.clone(), shutdown.child_token());
-    let replay = replay::run(client.clone(), inspector.clone(), &mut registry, shutdown.child_token());
+    let checkpoint = checkpoint::run(client.clone(), scope.clone(), &mut registry, shutdown.child_token());
+    let sink_health = sink_health::run(client.clone(), scope.clone(), shutdown.child_token());
+    let replay =
+        replay::run(client.clone(), scope.clone(), inspector.clone(), &mut registry, shutdown.child_token());
 
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
@@ -115,7 +118,6 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
         metrics,
         failures: Failures::default(),
     });
-    let scope = cli.namespace.clone().map_or(Scope::All, Scope::Namespace);
     tracing::info!(?scope, "leading: reconciling, scaling and coordinating checkpoints");
     let stop = shutdown.clone();
     let controller = controller::run(ctx, scope, async move { stop.cancelled().await });

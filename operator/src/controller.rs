@@ -42,21 +42,13 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "watch"),
 ];
 
-/// Which namespaces the operator serves.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scope {
-    All,
-    Namespace(String),
-}
+pub use crate::scope::Scope;
 
 fn api<K>(client: &Client, scope: &Scope) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
 {
-    match scope {
-        Scope::All => Api::all(client.clone()),
-        Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
-    }
+    scope.api(client)
 }
 
 /// What to do after a failed reconcile: back off on transient errors, wait long on the rest.

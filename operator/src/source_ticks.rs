@@ -16,6 +16,8 @@ use kube::api::{Api, ListParams};
 use sluice_crds::SqsSource;
 use tokio_util::sync::CancellationToken;
 
+use crate::scope::Scope;
+
 /// The sources, tick after tick, for one task.
 pub struct SourceTicks {
     api: Api<SqsSource>,
@@ -28,8 +30,14 @@ pub struct SourceTicks {
 }
 
 impl SourceTicks {
-    pub fn new(client: Client, tick: Duration, task: &'static str, stale: &'static str) -> Self {
-        Self { api: Api::all(client), tick, task, stale, failing_since: None }
+    pub fn new(
+        client: Client,
+        scope: &Scope,
+        tick: Duration,
+        task: &'static str,
+        stale: &'static str,
+    ) -> Self {
+        Self { api: scope.api(&client), tick, task, stale, failing_since: None }
     }
 
     /// Every source at the next tick whose list succeeds; `None` once `shutdown` is cancelled.

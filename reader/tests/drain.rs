@@ -1,6 +1,6 @@
 //! The SIGTERM drain with the real binary against LocalStack: messages not yet handed to a sink
 //! go back to the queue at once, only deliveries under way are awaited, an idle reader stops
-//! promptly, and in a cluster (the local control plane, in-process, behind a slow link) the
+//! promptly, and in a cluster (the real test cluster, behind a slow link) the
 //! reader's last report says it is draining before it exits. The measured figures are printed;
 //! the bounds asserted are generous (a loaded machine must not fail them), the figures are what
 //! to read.
@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{HELD_REPORT_KEY, HeldReport};
 use sluice_protocol::lease_configmap_name;
-use sluice_tests::controlplane::{Config, ControlPlane, kubeconfig};
+use sluice_tests::kubeconfig;
 use sluice_tests::latency_proxy::{Delay, LatencyProxy};
 use sluice_tests::localstack::{Outgoing, TestQueue, fresh_queue};
 use sluice_tests::source::{Sink, SourceYaml};
+use sluice_tests::system::{System, bin_dir};
 use support::process::Reader;
 use support::sink_server::SinkServer;
 
@@ -88,11 +89,11 @@ async fn an_idle_reader_exits_when_its_long_polls_land() {
 }
 
 /// The held report in ConfigMap `name` of the control plane at `api`, if written yet.
-async fn held_report(api: &str, name: &str) -> Option<HeldReport> {
-    let url = format!("{api}/api/v1/namespaces/default/configmaps/{name}");
-    let object: serde_json::Value =
-        serde_json::from_str(&reqwest::get(url).await.ok()?.text().await.ok()?).ok()?;
-    serde_json::from_str(object["data"][HELD_REPORT_KEY].as_str()?).ok()
+async fn held_report(system: &System, name: &str) -> Option<HeldReport> {
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(system.client.clone(), &system.namespace);
+    let object = api.get_opt(name).await.ok()??;
+    serde_json::from_str(object.data?.get(HELD_REPORT_KEY)?).ok()
 }
 
 /// An at-least-once reader in a cluster drains in well under a second when idle (its long polls
@@ -104,11 +105,16 @@ async fn held_report(api: &str, name: &str) -> Option<HeldReport> {
 async fn a_cluster_reader_reports_draining_before_it_exits() {
     let (_sink, addr) = SinkServer::start().await;
     let (endpoint, queue) = fresh_queue("drain-report", 30).await.expect("LocalStack and a queue");
-    let api = ControlPlane::start(Config::default()).await.unwrap();
-    let slow = LatencyProxy::start(api.addr(), Delay::round_trip(SECOND, 0), None).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let system = System::start(&bin_dir(), &dir.path().join("system")).await.unwrap();
+    let api_addr = system.cluster().url.trim_start_matches("https://").parse().unwrap();
+    let slow = LatencyProxy::start(api_addr, Delay::round_trip(SECOND, 0), None).await.unwrap();
+    // The reader writes with the operator's token (ConfigMap rights in the suite's namespace), through
+    // the delay line.
     let config = dir.path().join("kubeconfig");
-    kubeconfig::write(&config, &slow.url(), "default").unwrap();
+    let direct = std::fs::read_to_string(system.operator_kubeconfig()).unwrap();
+    let through = format!("https://{}", slow.addr());
+    kubeconfig::write(&config, &kubeconfig::retarget(&direct, &through)).unwrap();
     let pod = "it-reader-0";
     let env = [("KUBECONFIG", config.to_str().unwrap()), ("POD_NAME", pod)];
     // 1 s long polls: the drain does not wait long for them to land.
@@ -116,7 +122,7 @@ async fn a_cluster_reader_reports_draining_before_it_exits() {
     let mut reader = Reader::start_with_env(&yaml, &["--coordination=kubernetes"], "info", &env);
     let lease = lease_configmap_name("it", pod);
     let started = Instant::now();
-    while held_report(&api.url(), &lease).await.is_none() {
+    while held_report(&system, &lease).await.is_none() {
         assert!(started.elapsed() < 60 * SECOND, "no report within 60 s; stderr:\n{}", reader.stderr());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -124,7 +130,7 @@ async fn a_cluster_reader_reports_draining_before_it_exits() {
     reader.sigterm();
     assert_eq!(reader.exit_code(30 * SECOND).await, 0, "stderr:\n{}", reader.stderr());
     let exited_after = stopped.elapsed();
-    let report = held_report(&api.url(), &lease).await.expect("the report is still there");
+    let report = held_report(&system, &lease).await.expect("the report is still there");
     println!(
         "drain: cluster reader exited {exited_after:?} after SIGTERM, draining: {}",
         report.reader.draining

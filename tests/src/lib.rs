@@ -1,9 +1,9 @@
 #![forbid(unsafe_code)]
 //! What the suites and benchmarks share: LocalStack queues and buckets ([`localstack`]), a CloudEvents
 //! sink ([`sinkserver`]), SqsSource manifests ([`source`]) and an endpoint that is down, then back
-//! ([`outage`]). The local control plane, the process runner and the system as processes live
-//! in the `sluice-localcp` crate; they are re-exported under their old paths so that a suite names
-//! everything through `sluice_tests`.
+//! ([`outage`]). The real control plane, the process kubelet and the system as processes live in the
+//! `sluice-cluster` crate; they are re-exported here so that a suite names everything through
+//! `sluice_tests`.
 pub mod latency_proxy;
 pub mod localstack;
 pub mod outage;
@@ -14,4 +14,4 @@ pub mod sinkserver;
 pub mod source;
 pub mod standalone;
 
-pub use sluice_localcp::{controlplane, kubelet, poll, system};
+pub use sluice_cluster::{cluster, controlplane, install, kubeconfig, kubelet, pki, poll, system};

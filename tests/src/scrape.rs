@@ -1,17 +1,22 @@
 //! Reading the readers' `/metrics` from a suite: where each reader process listens, its text, and one
 //! family's value out of it.
 //!
-//! Why from the log: the process runner rewrites `--admin-addr` to port 0, so each reader says where
-//! it listens (`sluice-reader admin listening on …`) in its log, and that line is the only record.
+//! Where: the process kubelet gives each pod's admin container port a loopback port of its own
+//! (pods share the node's network here) and records it; a reader also says where it listens
+//! (`sluice-reader admin listening on …`) in its log, which serves when the record has no port.
 
 use std::collections::BTreeMap;
 
 use crate::system::System;
 
-/// The admin address reader `pod` printed last.
+/// The admin address of reader `pod`: its admin port as the kubelet recorded it, else the address it
+/// printed last.
 pub fn admin_addr(system: &System, pod: &str) -> Option<String> {
-    let log = system.state_dir().join(format!("localcp/logs/{pod}.log"));
-    let text = std::fs::read_to_string(log).ok()?;
+    let recorded = system.reader_processes().into_iter().find(|p| p.name == pod).and_then(|p| p.admin_port);
+    if let Some(port) = recorded {
+        return Some(format!("127.0.0.1:{port}"));
+    }
+    let text = std::fs::read_to_string(system.pod_log(pod)).ok()?;
     text.lines()
         .filter_map(|l| l.split("sluice-reader admin listening on ").nth(1))
         .map(|a| a.trim().to_owned())

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
+use sluice_tests::kubelet::SIGKILL_NOTE as KUBELET_SIGKILL;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
@@ -139,15 +140,15 @@ async fn watch(
 /// a drain deadline, and the runner never had to SIGKILL at the end of a grace period. Returns (readers
 /// stopped, readers that drained work).
 fn check_drains(system: &System) -> Result<(usize, usize)> {
-    let logs = system.state_dir().join("localcp/logs");
     let (mut stopped, mut drained) = (0, 0);
-    for entry in std::fs::read_dir(&logs).with_context(|| format!("reading {}", logs.display()))? {
-        let path = entry?.path();
+    let mut killed = Vec::new();
+    for path in system.pod_logs() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
-        if !name.starts_with(&format!("{SOURCE}-reader-")) {
+        if !name.starts_with(&format!("{}_{SOURCE}-reader-", system.namespace)) {
             continue;
         }
         let text = std::fs::read_to_string(&path)?;
+        killed.extend(text.lines().filter(|l| l.contains(KUBELET_SIGKILL)).map(|l| format!("{name}: {l}")));
         let (mut sigterm, mut draining, mut left) = (false, false, None);
         for line in text.lines() {
             let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
@@ -170,8 +171,6 @@ fn check_drains(system: &System) -> Result<(usize, usize)> {
             drained += 1;
         }
     }
-    let runner_log = std::fs::read_to_string(system.state_dir().join("localcp.log"))?;
-    let killed: Vec<&str> = runner_log.lines().filter(|l| l.contains("grace period over")).collect();
     assert!(killed.is_empty(), "readers were SIGKILLed at the end of their grace period: {killed:?}");
     Ok((stopped, drained))
 }

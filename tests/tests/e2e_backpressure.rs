@@ -187,7 +187,7 @@ fn watch_epochs(
     source: &str,
     stop: CancellationToken,
 ) -> (Arc<Mutex<Epochs>>, tokio::task::JoinHandle<()>) {
-    let api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
+    let api: Api<ConfigMap> = Api::default_namespaced(system.client.clone());
     let name = checkpoint_configmap_name(source);
     let epochs: Arc<Mutex<Epochs>> = Arc::default();
     let out = epochs.clone();

@@ -92,7 +92,7 @@ where
         + Send
         + 'static,
 {
-    let api: Api<K> = Api::namespaced(client, "default");
+    let api: Api<K> = Api::default_namespaced(client);
     watcher(api, watcher::Config::default()).default_backoff().filter_map(move |event| async move {
         let (deleted, object) = match event.ok()? {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (false, o),
@@ -165,7 +165,7 @@ async fn leftovers(system: &System, name: &str, uid: &str) -> Result<Vec<String>
             + DeserializeOwned
             + std::fmt::Debug,
     {
-        let api: Api<K> = Api::namespaced(client.clone(), "default");
+        let api: Api<K> = Api::default_namespaced(client.clone());
         let by_label = api.list(selector).await?.items;
         let by_owner = api
             .list(&ListParams::default())
@@ -206,7 +206,7 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-delete-race");
     let system = System::start_with_operator(&dir).await?;
     let (seen, watching) = start_watching(&system.client);
-    let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), "default");
+    let sources: Api<SqsSource> = Api::default_namespaced(system.client.clone());
 
     let mut clean_after = Vec::new();
     for round in 0..ROUNDS {
@@ -274,7 +274,7 @@ async fn deleting_a_source_during_a_backlog_20_times_leaves_no_child_and_no_read
         assert!(left.is_empty(), "race-{round}: {left:?}");
     }
     // A delete is not a failure: no `ReconcileFailed ... not found` Warning about any source.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(system.client.clone(), "default");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(system.client.clone());
     let failed: Vec<String> = events
         .list(&ListParams::default())
         .await?

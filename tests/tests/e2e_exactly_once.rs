@@ -290,7 +290,7 @@ fn watch_fences(
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let api: Api<ConfigMap> = Api::default_namespaced(client);
         let name = checkpoint_configmap_name(&source);
         loop {
             if let Ok(Some(checkpoint)) = read_checkpoint(&api, &name).await {
@@ -333,7 +333,7 @@ fn send_all(queue: TestQueue) -> tokio::task::JoinHandle<Result<Duration>> {
 /// checkpoint (each has taken its lease and been admitted); under atLeastOnce, every running reader
 /// logged its start. A reader killed before it got that far would test nothing.
 async fn wait_joined(system: &System, name: &str, guarantee: Guarantee) -> Result<()> {
-    let api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
+    let api: Api<ConfigMap> = Api::default_namespaced(system.client.clone());
     poll::until(Duration::from_secs(90), Duration::from_millis(250), || async {
         let joined = match guarantee {
             Guarantee::ExactlyOnce => {
@@ -355,7 +355,7 @@ async fn wait_joined(system: &System, name: &str, guarantee: Guarantee) -> Resul
 }
 
 fn log_of(system: &System, pod: &str) -> String {
-    std::fs::read_to_string(system.state_dir().join(format!("localcp/logs/{pod}.log"))).unwrap_or_default()
+    std::fs::read_to_string(system.pod_log(pod)).unwrap_or_default()
 }
 
 /// Lines of a reader log whose message contains `needle`.
@@ -433,7 +433,7 @@ async fn run(name: &str, guarantee: Guarantee, layout: Layout) -> Result<Outcome
     // Wait: the queue empty, the committed S3 output and the FIFO target complete.
     let mut output = S3Output { client: s3.clone(), bucket: bucket.clone(), layout, objects: HashMap::new() };
     let mut last_print = Instant::now();
-    let checkpoint_api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
+    let checkpoint_api: Api<ConfigMap> = Api::default_namespaced(system.client.clone());
     let drained = loop {
         if sender.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
             let sent = sender.take().context("the sender")?.await??;
@@ -503,7 +503,7 @@ async fn run(name: &str, guarantee: Guarantee, layout: Layout) -> Result<Outcome
         drained.as_secs_f64()
     );
     if guarantee == Guarantee::ExactlyOnce {
-        let api: Api<ConfigMap> = Api::namespaced(system.client.clone(), "default");
+        let api: Api<ConfigMap> = Api::default_namespaced(system.client.clone());
         match read_checkpoint(&api, &checkpoint_configmap_name(name)).await? {
             Some(cp) => {
                 println!("[{name}] checkpoint: committedEpoch {}, openEpoch {}", cp.committed, cp.open);

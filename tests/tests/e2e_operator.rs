@@ -79,7 +79,7 @@ impl Scenario {
 /// The data of the register of reader accounts in the sources' namespace (`sluice-readers`).
 async fn registered_readers(system: &System) -> Result<std::collections::BTreeMap<String, String>> {
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(system.client.clone(), "default");
+        kube::Api::default_namespaced(system.client.clone());
     Ok(api.get_opt("sluice-readers").await?.and_then(|c| c.data).unwrap_or_default())
 }
 
@@ -124,11 +124,19 @@ async fn a_spec_change_rolls_the_readers_without_loss() -> Result<()> {
     s.system.apply_source(&source_yaml("roll", &s, 2, 3)).await?;
     s.queue.send_batch(2000).await?;
     s.expect_all_delivered(4000, Duration::from_secs(180)).await?;
-    let after: Vec<String> = s.system.running_readers("roll").into_iter().map(|p| p.name).collect();
-    assert!(
-        after.iter().all(|p| !before.contains(p)),
-        "readers were not rolled: before {before:?}, after {after:?}"
-    );
+    // The Deployment controller replaces the readers a few at a time (its rolling update waits for
+    // each new pod's readiness): the roll may still be finishing when the last message lands.
+    let after = poll::until(Duration::from_secs(90), Duration::from_millis(250), || async {
+        let after: Vec<String> = s.system.alive_readers("roll").into_iter().map(|p| p.name).collect();
+        let rolled = after.len() == 2 && after.iter().all(|p| !before.contains(p));
+        Ok(if rolled {
+            Check::Met(after)
+        } else {
+            Check::NotYet(format!("readers not rolled: before {before:?}, now {after:?}"))
+        })
+    })
+    .await?;
+    println!("rolled: before {before:?}, after {after:?}");
     s.finish().await
 }
 

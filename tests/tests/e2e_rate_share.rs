@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::poll::{self, Check};
 use sluice_tests::scrape::{self, metric};
@@ -178,13 +178,12 @@ async fn each_reader_takes_its_share_of_the_source_rate_and_follows_the_replica_
     println!("queue after the last window: {left:?}");
 
     // The change was logged where an operator looks for it.
-    let logs = system.state_dir().join("localcp/logs");
     let mut changes = 0;
-    for entry in std::fs::read_dir(&logs).with_context(|| format!("reading {}", logs.display()))? {
-        let text = std::fs::read_to_string(entry?.path())?;
+    for log in system.pod_logs() {
+        let text = std::fs::read_to_string(log)?;
         changes += text.lines().filter(|l| l.contains("rate limit share changed")).count();
     }
-    let last_log = std::fs::read_to_string(logs.join(format!("{name}.log")))?;
+    let last_log = std::fs::read_to_string(system.pod_log(name))?;
     let last_changes: Vec<&str> =
         last_log.lines().filter(|l| l.contains("rate limit share changed")).collect();
     println!("'rate limit share changed' logged {changes} times across the readers; by {name}:");

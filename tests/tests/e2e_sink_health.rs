@@ -455,7 +455,7 @@ async fn sink_events(system: &System, name: &str) -> Result<Vec<(String, String)
 /// The log of the source's running reader (the runner starts one process per pod).
 fn reader_log(system: &System, name: &str) -> Option<PathBuf> {
     let reader = system.running_readers(name).into_iter().next()?;
-    Some(system.state_dir().join(format!("localcp/logs/{}.log", reader.name)))
+    Some(system.pod_log(&reader.name))
 }
 
 /// The admin address the source's reader printed last (the runner gives each process port 0).

@@ -275,9 +275,10 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported_with_its_labels()
     let start = Instant::now();
     loop {
         let operator = address_in_log(&dir.join("operator-1.log"), "admin server listening");
-        let reader = system.running_readers(SOURCE).first().and_then(|r| {
-            address_in_log(&dir.join(format!("localcp/logs/{}.log", r.name)), "admin listening on")
-        });
+        let reader = system
+            .running_readers(SOURCE)
+            .first()
+            .and_then(|r| address_in_log(&system.pod_log(&r.name), "admin listening on"));
         let mut text = String::new();
         for addr in operator.iter().chain(reader.iter()) {
             text.push_str(&scrape(&http, addr).await);

@@ -22,6 +22,7 @@ use super::report::{ReplayMetrics, Reporter, SourceLabels};
 use crate::access::ApiCall;
 use crate::identity::Identities;
 use crate::names::FIELD_MANAGER;
+use crate::scope::Scope;
 use crate::source_ticks::SourceTicks;
 
 /// How often the follower looks for new or withdrawn requests.
@@ -42,19 +43,26 @@ struct Running {
 /// The task: runs the sources' replay requests until `shutdown`.
 pub fn run(
     client: Client,
+    scope: Scope,
     identities: Identities,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let metrics = ReplayMetrics::register(registry);
-    follow(client, identities, metrics, shutdown)
+    follow(client, scope, identities, metrics, shutdown)
 }
 
-async fn follow(client: Client, identities: Identities, metrics: ReplayMetrics, shutdown: CancellationToken) {
+async fn follow(
+    client: Client,
+    scope: Scope,
+    identities: Identities,
+    metrics: ReplayMetrics,
+    shutdown: CancellationToken,
+) {
     let reporter =
         EventReporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(client.clone(), TICK, "replay", "replay requests wait");
+    let mut ticks = SourceTicks::new(client.clone(), &scope, TICK, "replay", "replay requests wait");
     let mut jobs: HashMap<(String, String), Running> = HashMap::new();
     while let Some(sources) = ticks.next(&shutdown).await {
         let mut wanted = HashMap::new();

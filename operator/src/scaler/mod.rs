@@ -22,6 +22,7 @@ pub mod task;
 #[cfg(test)]
 mod burst_tests;
 
+use crate::scope::Scope;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::pin::pin;
@@ -70,6 +71,7 @@ pub const API_CALLS: &[ApiCall] = &[
 /// `queues` is normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients.
 pub fn run(
     client: Client,
+    scope: Scope,
     queues: Arc<dyn QueueAttributes>,
     registry: &mut Registry,
     shutdown: CancellationToken,
@@ -82,12 +84,12 @@ pub fn run(
         queues,
         metrics: Metrics::register(registry),
     };
-    supervise(ctx, shutdown)
+    supervise(ctx, scope, shutdown)
 }
 
 /// Starts a loop for each source seen; a loop ends by itself when its source is deleted.
-async fn supervise(ctx: Context, shutdown: CancellationToken) {
-    let sources: Api<SqsSource> = Api::all(ctx.client.clone());
+async fn supervise(ctx: Context, scope: Scope, shutdown: CancellationToken) {
+    let sources: Api<SqsSource> = scope.api(&ctx.client);
     let (store, writer) = reflector::store();
     let events =
         watcher(sources, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();

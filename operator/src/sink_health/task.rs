@@ -28,6 +28,7 @@ use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
 use crate::error::kube_line;
 use crate::scaler::drain::lease_selector;
+use crate::scope::Scope;
 use crate::source_ticks::{FailingSources, SourceTicks};
 
 /// How often the reports are read. Readers write at most every 5 s, so a faster tick would see
@@ -43,15 +44,20 @@ pub const API_CALLS: &[ApiCall] = &[
 ];
 
 /// The task: follows every source's sink health until `shutdown`.
-pub fn run(client: Client, shutdown: CancellationToken) -> impl Future<Output = ()> + Send + 'static {
-    follow(client, shutdown)
+pub fn run(
+    client: Client,
+    scope: Scope,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    follow(client, scope, shutdown)
 }
 
-async fn follow(client: Client, shutdown: CancellationToken) {
+async fn follow(client: Client, scope: Scope, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(client.clone(), TICK, "sink health", "SinksHealthy conditions go stale");
+    let mut ticks =
+        SourceTicks::new(client.clone(), &scope, TICK, "sink health", "SinksHealthy conditions go stale");
     // The status each source's condition last had, for events; first taken from the object.
     let mut known: HashMap<(String, String), String> = HashMap::new();
     let mut failing = FailingSources::default();
