@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The demo: the whole product on this machine, with no cluster and no Docker. An SqsSource applied to a
-# local Kubernetes control plane; the operator turns it into a reader Deployment; a process runner starts
-# one `sluice-reader` process per replica; messages go from an SQS queue (LocalStack) to an HTTP sink, and
-# the operator scales the readers with the backlog.
+# real Kubernetes control plane (kube-apiserver, controller-manager, scheduler and etcd, built from pinned
+# Go modules: tests/scripts/kube-binaries.sh, about ten minutes the first time); the operator, running
+# with the shipped RBAC and a ServiceAccount token, turns it into a reader Deployment; the process kubelet
+# (the one stand-in: pods run as local processes) starts one `sluice-reader` per pod; messages go from an
+# SQS queue (LocalStack) to an HTTP sink, and the operator scales the readers with the backlog.
 #
 #   scripts/demo.sh [--seconds N] [--count N] [--rate R] [--replicas MIN:MAX] [--sink-latency-ms N]
 #                   [--example FILE] [--standalone]
 #
 # It builds the binaries (cargo build --workspace --bins), starts LocalStack (unless one is running),
-# creates a fresh queue, starts a CloudEvents sink (`sluice-dev sink-server`), the local control plane
-# with its process runner (`sluice-localcp --kubelet`), installs the CRD, applies the example SqsSource
+# creates a fresh queue, starts a CloudEvents sink (`sluice-dev sink-server`), the cluster
+# (`sluice-controlplane up`: control plane, process kubelet, the CRD and the reader policy installed),
+# installs the operator's ServiceAccount and RBAC from deploy/operator, applies the example SqsSource
 # pointed at the queue and the sink (`sluice-dev apply`, server-side apply; no kubectl needed), starts
 # `sluice-operator`, sends a burst of numbered messages, and prints one line a second: messages delivered at
 # the sink, queue depth, reader processes running, the SqsSource's Ready condition and replicas, and the
 # autoscaler's last decision with its reason. The default burst (4000 messages at up to 1000/s, readers
 # 0..4) is more than one reader drains in the demo's time, so the operator scales up, drains the queue,
 # scales down and then to zero; the demo says at the end whether it saw that. It prints kubectl commands
-# that work against the local control plane while it runs. After N seconds or Ctrl-C it stops everything
+# that work against the cluster while it runs. After N seconds or Ctrl-C it stops everything
 # it started, by PID. --standalone runs one `sluice-reader --source` instead
 # (no control plane, no operator). Logs: .sluice/demo/.
 set -euo pipefail
@@ -38,7 +41,7 @@ while (($#)); do
     --replicas) replicas="$2"; shift 2 ;;
     --example) example="$2"; shift 2 ;;
     --standalone) standalone=yes; shift ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +53,7 @@ say "building the binaries (cargo build --workspace --bins)"
 cargo build --quiet --workspace --bins
 mkdir -p "$WORK"
 
-started_localstack=no reader_pid="" sink_pid="" sender_pid="" localcp_pid="" operator_pid=""
+started_localstack=no reader_pid="" sink_pid="" sender_pid="" cluster_pid="" operator_pid=""
 # Stops a process we started (SIGTERM), waiting up to $2 seconds before SIGKILL.
 stop_pid() {
   local pid="$1" grace="$2"
@@ -66,9 +69,9 @@ cleanup() {
   say "stopping what the demo started"
   if [[ -n "$sender_pid" ]]; then kill "$sender_pid" 2>/dev/null || true; wait "$sender_pid" 2>/dev/null || true; fi
   if [[ -n "$operator_pid" ]]; then echo "operator (pid $operator_pid)"; stop_pid "$operator_pid" 15; fi
-  if [[ -n "$localcp_pid" ]]; then
-    echo "control plane and process runner (pid $localcp_pid; it stops the readers, which drain)"
-    stop_pid "$localcp_pid" 45
+  if [[ -n "$cluster_pid" ]]; then
+    echo "cluster (pid $cluster_pid; its kubelet stops the readers, which drain, then the control plane)"
+    stop_pid "$cluster_pid" 60
   fi
   if [[ -n "$reader_pid" ]]; then echo "reader (pid $reader_pid; it drains)"; stop_pid "$reader_pid" 35; fi
   if [[ -n "${queue_url:-}" && -n "${SLUICE_LOCALSTACK_ENDPOINT:-}" ]]; then
@@ -79,7 +82,8 @@ cleanup() {
     if [[ "$standalone" == no ]]; then grep 'sink total' "$WORK/sink.log" || true; fi
   fi
   if [[ "$started_localstack" == yes ]]; then "$LOCALSTACK" stop || true; fi
-  echo "logs: $WORK/ (sink.log, localcp.log, operator.log, localcp/logs/<pod>.log, reader.log) and .sluice/localstack/"
+  echo "logs: $WORK/ (sink.log, cluster.log, operator.log, cluster/kubelet/logs/<namespace>_<pod>.log," \
+    "cluster/controlplane/logs/, reader.log) and .sluice/localstack/"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -93,8 +97,8 @@ else
   "$LOCALSTACK" start
 fi
 eval "$("$LOCALSTACK" env)"
-# The AWS SDK in the readers (started by the process runner, which passes its environment on) and in the
-# operator (queue figures for scaling) needs credentials and a region; LocalStack takes any.
+# The AWS SDK in the operator (queue figures for scaling) needs credentials and a region; LocalStack
+# takes any. The readers get the same from the kubelet (the node's pod environment).
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 
 queue_url="$("$BIN/sluice-dev" create-queue "demo-$RANDOM$RANDOM" --visibility 30)"
@@ -149,22 +153,26 @@ if [[ "$standalone" == yes ]]; then
   exit 0
 fi
 
-say "local control plane + process runner: sluice-localcp --kubelet (log: $WORK/localcp.log)"
-export KUBECONFIG="$PWD/$WORK/kubeconfig"
-rm -rf "$KUBECONFIG" "$WORK/localcp"
-setsid "$BIN/sluice-localcp" --port 0 --kubelet --bin-dir "$(realpath "$BIN")" --state-dir "$PWD/$WORK/localcp" \
-  --kubeconfig "$KUBECONFIG" >"$WORK/localcp.log" 2>&1 &
-localcp_pid=$!
-for _ in $(seq 100); do [[ -s "$KUBECONFIG" ]] && break; sleep 0.1; done
-if ! [[ -s "$KUBECONFIG" ]] || ! kill -0 "$localcp_pid" 2>/dev/null; then
-  echo "demo.sh: sluice-localcp did not start; its log:" >&2
-  tail -n 30 "$WORK/localcp.log" >&2
+say "Kubernetes control plane binaries (tests/scripts/kube-binaries.sh; built once, then cached)"
+SLUICE_KUBE_BINARIES="$(bash tests/scripts/kube-binaries.sh)"
+export SLUICE_KUBE_BINARIES
+echo "$SLUICE_KUBE_BINARIES"
+
+say "cluster: sluice-controlplane up (log: $WORK/cluster.log)"
+rm -rf "$WORK/cluster"
+mkdir -p "$WORK/cluster"
+setsid "$BIN/sluice-controlplane" up --dir "$PWD/$WORK/cluster" --bin-dir "$(realpath "$BIN")" >"$WORK/cluster.log" 2>&1 &
+cluster_pid=$!
+for _ in $(seq 600); do [[ -s "$WORK/cluster/cluster.json" ]] && break; kill -0 "$cluster_pid" 2>/dev/null || break; sleep 0.2; done
+if ! [[ -s "$WORK/cluster/cluster.json" ]]; then
+  echo "demo.sh: the cluster did not start; its log:" >&2
+  tail -n 30 "$WORK/cluster.log" >&2
   exit 1
 fi
+export KUBECONFIG="$PWD/$WORK/cluster/controlplane/admin.kubeconfig"
 echo "KUBECONFIG=$KUBECONFIG ($(grep -m1 'server:' "$KUBECONFIG" | tr -s ' '))"
 
-say "install the CRD and apply the SqsSource ($example, replicas $replicas)"
-"$BIN/sluice-dev" apply deploy/crds/sqssource.yaml
+say "apply the SqsSource ($example, replicas $replicas); the CRD is installed with the cluster"
 "$BIN/sluice-dev" render-source "$example" --queue-url "$queue_url" --sink-url "$sink_url" \
   --replicas "$replicas" --out "$WORK/source.yaml"
 applied="$("$BIN/sluice-dev" apply "$WORK/source.yaml")"
@@ -172,8 +180,11 @@ echo "$applied ($WORK/source.yaml)"
 source_name="${applied#sqssource/}"
 source_name="${source_name%% *}"
 
-say "operator: sluice-operator --leader-election off (log: $WORK/operator.log)"
-setsid env RUST_LOG=info "$BIN/sluice-operator" --leader-election off --admin-addr 127.0.0.1:0 \
+say "operator: the shipped ServiceAccount and RBAC (deploy/operator), then sluice-operator with its token (log: $WORK/operator.log)"
+"$BIN/sluice-controlplane" operator-kubeconfig --dir "$PWD/$WORK/cluster" --namespace default \
+  --out "$PWD/$WORK/operator.kubeconfig"
+setsid env RUST_LOG=info KUBECONFIG="$PWD/$WORK/operator.kubeconfig" "$BIN/sluice-operator" \
+  --leader-election off --namespace default --admin-addr 127.0.0.1:0 \
   --reader-image sluice:local >"$WORK/operator.log" 2>&1 &
 operator_pid=$!
 
@@ -183,8 +194,9 @@ cat <<EOF
   kubectl get sqss                       # printer columns: guarantee, replicas, backlog, ready...
   kubectl describe sqss $source_name   # conditions and the operator's events (ScaledUp, ScaledDown...)
   kubectl get events                     # the same events, core/v1 view
-  kubectl get pods                       # one pod per reader process the runner started
-  kubectl logs <pod>                     # a reader's log
+  kubectl get pods -o wide              # one pod per reader process the kubelet started
+  kubectl get nodes                      # the process kubelet's node
+  tail -f $WORK/cluster/kubelet/logs/default_<pod>.log   # a reader's log (no kubectl logs here)
   kubectl explain sqssource.spec.scaling
 EOF
 
@@ -196,17 +208,17 @@ start=$SECONDS end=$((SECONDS + seconds))
 peak=0 last_desired="${replicas%%:*}" scaled_up=no scaled_down=no
 while ((SECONDS < end)); do
   sleep 0.4 # the three look-ups below take about half a second
-  for pid in "$localcp_pid" "$operator_pid"; do
+  for pid in "$cluster_pid" "$operator_pid"; do
     if ! kill -0 "$pid" 2>/dev/null; then
-      echo "demo.sh: a process exited early (pid $pid); see $WORK/localcp.log and $WORK/operator.log" >&2
-      tail -n 20 "$WORK/operator.log" "$WORK/localcp.log" >&2
+      echo "demo.sh: a process exited early (pid $pid); see $WORK/cluster.log and $WORK/operator.log" >&2
+      tail -n 20 "$WORK/operator.log" "$WORK/cluster.log" >&2
       exit 1
     fi
   done
   # No progress line yet is not an error (grep exits 1; pipefail and set -e would end the demo).
   delivered="$(grep -o 'accepted=[0-9]* distinct=[0-9]*' "$WORK/sink.log" | tail -n 1 || true)"
   depth="$("$BIN/sluice-dev" counts "$queue_url" 2>/dev/null || echo 'queue=?')"
-  status="$("$BIN/sluice-dev" source-status "$source_name" --pods "$WORK/localcp/pods.json" 2>/dev/null \
+  status="$("$BIN/sluice-dev" source-status "$source_name" --pods "$WORK/cluster/kubelet/pods.json" 2>/dev/null \
     || echo 'status=?')"
   printf '%4ss  sink: %-30s  queue: %-34s  %s\n' "$((SECONDS - start))" "${delivered:-accepted=0}" "$depth" "$status"
   if [[ "$status" =~ desired=([0-9]+) ]]; then

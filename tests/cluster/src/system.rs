@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::{Signal, kill};
@@ -25,7 +24,7 @@ use sluice_crds::SqsSource;
 
 use crate::cluster::{Cluster, Info};
 use crate::install;
-use crate::kubeconfig::{self, Credentials};
+use crate::kubeconfig;
 use crate::kubelet::PodInfo;
 use crate::poll::{self, Check};
 
@@ -90,6 +89,14 @@ impl System {
             Some(dir) => (Cluster::attach(Path::new(&dir))?.info, None),
             None => start_private(bin_dir, &state_dir.join("cluster")).await?,
         };
+        Self::start_on(bin_dir, &state_dir, info, private).await
+    }
+
+    /// Like [`Self::start`], on the cluster `info` describes (one the suite runs itself, say on
+    /// another Kubernetes version).
+    pub async fn start_on(bin_dir: &Path, state_dir: &Path, info: Info, private: Option<Child>) -> Result<Self> {
+        std::fs::create_dir_all(state_dir)?;
+        let state_dir = std::path::absolute(state_dir)?;
         let namespace = format!("e2e-{}", random_suffix());
         // The suite's namespace is the client's default: `Api::default_namespaced` finds its objects.
         let client = kubeconfig::client_in(&info.admin_kubeconfig, &namespace).await?;
@@ -98,7 +105,7 @@ impl System {
         namespaces.create(&PostParams::default(), &ns).await.context("creating the suite's namespace")?;
         install::operator_rbac(&client, &namespace).await?;
         let operator_kubeconfig = state_dir.join("operator.kubeconfig");
-        write_service_account_kubeconfig(&client, &info, &namespace, &operator_kubeconfig).await?;
+        install::operator_kubeconfig(&client, &info.url, &info.ca, &namespace, &operator_kubeconfig).await?;
         std::fs::write(state_dir.join("namespace"), &namespace)?;
         Ok(Self {
             bin_dir: bin_dir.to_owned(),
@@ -359,35 +366,6 @@ async fn start_private(bin_dir: &Path, dir: &Path) -> Result<(Info, Option<Child
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Requests a token of the operator's ServiceAccount in `namespace` (as a kubelet would mount it) and
-/// writes a kubeconfig that reads it.
-async fn write_service_account_kubeconfig(
-    client: &kube::Client,
-    info: &Info,
-    namespace: &str,
-    path: &Path,
-) -> Result<()> {
-    let account = install::operator_service_account()?;
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(6 * 3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    let issued = api.create_token_request(&account, &PostParams::default(), &request).await?;
-    let token = issued.status.map(|s| s.token).unwrap_or_default();
-    let token_file = path.with_extension("token");
-    std::fs::write(&token_file, token)?;
-    kubeconfig::write(
-        path,
-        &kubeconfig::render(&info.url, &info.ca, Credentials::TokenFile(&token_file), namespace),
-    )?;
-    Ok(())
 }
 
 /// Sends `signal` to a process we started and waits up to `grace`, then SIGKILLs it.

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sluice_cluster::cluster::{Cluster, Options};
+use sluice_cluster::install;
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser)]
@@ -39,6 +40,20 @@ enum Cmd {
         #[arg(long = "pod-env")]
         pod_env: Vec<String>,
     },
+    /// Install the operator's shipped identity and RBAC (deploy/operator) for serving `--namespace`,
+    /// and write a kubeconfig with its ServiceAccount's token: how an operator outside a pod runs with
+    /// exactly the permissions it ships with.
+    OperatorKubeconfig {
+        /// The running cluster's directory (as given to `up`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// The namespace the operator serves and holds its Lease in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// Where to write the kubeconfig (the token goes beside it).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -48,7 +63,7 @@ async fn main() -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off"));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_env_filter(filter).init();
-    match up(Cli::parse().command).await {
+    match run(Cli::parse().command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("sluice-controlplane: {error:#}");
@@ -57,8 +72,21 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn up(command: Cmd) -> Result<()> {
-    let Cmd::Up { dir, bin_dir, minor, pod_env } = command;
+async fn run(command: Cmd) -> Result<()> {
+    match command {
+        Cmd::Up { dir, bin_dir, minor, pod_env } => up(dir, bin_dir, minor, pod_env).await,
+        Cmd::OperatorKubeconfig { dir, namespace, out } => {
+            let cluster = Cluster::attach(&dir)?;
+            let admin = cluster.admin_client().await?;
+            install::operator_rbac(&admin, &namespace).await?;
+            install::operator_kubeconfig(&admin, &cluster.info.url, &cluster.info.ca, &namespace, &out).await?;
+            println!("{}", out.display());
+            Ok(())
+        }
+    }
+}
+
+async fn up(dir: PathBuf, bin_dir: Option<PathBuf>, minor: Option<String>, pod_env: Vec<String>) -> Result<()> {
     let bin_dir = bin_dir.or_else(|| std::env::current_exe().ok()?.parent().map(PathBuf::from));
     let pod_env = if pod_env.is_empty() {
         sluice_cluster::system::aws_test_env()
