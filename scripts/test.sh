@@ -67,6 +67,10 @@ bash scripts/check-image-context.sh
 step "manifests: every kustomize output, CRD and example against the Kubernetes, CRD and Prometheus Operator schemas"
 bash scripts/check-manifests.sh
 
+# helm is built once from the Go module proxy (a few CPU-minutes, cached outside the work tree).
+step "helm chart: lint, renders against the same schemas, values schema refusals, the same objects as kustomize"
+bash scripts/check-helm.sh
+
 step "no function over 80 lines in the reader and the operator"
 bash scripts/long-functions.sh
 
