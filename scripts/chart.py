@@ -43,6 +43,7 @@ MONITORING_ON = [
 #: Wrong values and the text helm's refusal must contain to name them.
 REFUSED = [
     ("image: {tag: 1.2}", "/image/tag"),
+    ("metrics: {port: 80800}", "/metrics/port"),
     ("logging: {format: yaml}", "/logging/format"),
     ("imagee: {tag: x}", "'imagee'"),
     ("watchNamespaces: [team-a, team-b]", "/watchNamespaces"),
