@@ -50,9 +50,11 @@ tgz="$(sed -n 's/^Successfully packaged chart and saved it to: //p' "$dest/packa
 rm -f "$dest/package.out" "$dest/package.err"
 echo "check-helm: $("$helm" version --short) packaged $(basename "$tgz") ($(du -h "$tgz" | cut -f1))"
 
+# -B: chart.py imports its neighbours; no __pycache__ left in scripts/.
+
 if [[ "$mode" == release ]]; then
-  "$python" "$REPO_ROOT/scripts/chart.py" release "$helm" "$tgz" "$version"
+  "$python" -B "$REPO_ROOT/scripts/chart.py" release "$helm" "$tgz" "$version"
   echo "$tgz"
 else
-  "$python" "$REPO_ROOT/scripts/chart.py" check "$helm" "$tgz"
+  "$python" -B "$REPO_ROOT/scripts/chart.py" check "$helm" "$tgz"
 fi
