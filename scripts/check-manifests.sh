@@ -7,44 +7,18 @@
 #                                                       monitoring manifests of VERSION into OUT_DIR,
 #                                                       validated the same way
 #
-# The validators (PyPI kubernetes-validate, with the upstream Kubernetes schemas of every minor, and
-# cloudcoil-models-prometheus-operator, the Prometheus Operator API generated from its CRDs) install
-# into a project-local venv, .sluice/manifests/venv, pinned by scripts/manifests-constraints.txt; the
-# venv is made again only when the pins or the interpreter change. Needs python3 (3.10+) and kubectl
-# with kustomize 5. A run takes about 10 s once the venv exists.
+# The validators run in the venv scripts/manifests-venv.sh makes (pinned; made once). Needs python3
+# (3.11+) and kubectl with kustomize 5. A run takes about 10 s once the venv exists.
 #
 # Environment: SLUICE_PYTHON (the interpreter for the venv; default python3).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly PINS=(kubernetes-validate==1.37.0 cloudcoil-models-prometheus-operator==0.80.1.0)
-readonly CONSTRAINTS="$REPO_ROOT/scripts/manifests-constraints.txt"
-readonly HOME_DIR="$REPO_ROOT/.sluice/manifests"
-readonly VENV="$HOME_DIR/venv"
-readonly STAMP="$HOME_DIR/venv.stamp"
 
-log() { echo "check-manifests: $*" >&2; }
-
-python="${SLUICE_PYTHON:-python3}"
-command -v "$python" >/dev/null || { log "no $python on PATH: install Python 3.10+ or set SLUICE_PYTHON"; exit 1; }
-command -v kubectl >/dev/null || { log "kubectl not found: install kubectl 1.30+ (it renders kustomizations offline)"; exit 1; }
-
-mkdir -p "$HOME_DIR"
-# One install at a time (the release workflow and a test run may share a checkout).
-exec 9>"$HOME_DIR/lock"
-flock 9
-hash="$({ printf '%s\n' "${PINS[@]}"; cat "$CONSTRAINTS"; "$python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$VENV/bin/python" || ! -f "$STAMP" || "$(cat "$STAMP")" != "$hash" ]]; then
-  log "installing ${PINS[*]} with $python into $VENV"
-  rm -rf "$VENV" "$STAMP"
-  "$python" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -c "$CONSTRAINTS" "${PINS[@]}"
-  # Written last, so an interrupted install is redone next time.
-  echo "$hash" >"$STAMP"
-fi
-exec 9>&-
+command -v kubectl >/dev/null || { echo "check-manifests: kubectl not found: install kubectl 1.30+ (it renders kustomizations offline)" >&2; exit 1; }
+python="$(bash "$REPO_ROOT/scripts/manifests-venv.sh")"
 
 if [[ $# -eq 0 ]]; then
-  exec "$VENV/bin/python" "$REPO_ROOT/scripts/manifests.py" check
+  exec "$python" "$REPO_ROOT/scripts/manifests.py" check
 fi
-exec "$VENV/bin/python" "$REPO_ROOT/scripts/manifests.py" "$@"
+exec "$python" "$REPO_ROOT/scripts/manifests.py" "$@"

@@ -11,7 +11,7 @@ What is rendered: `kubectl kustomize` of every directory under deploy/ with a ku
 (found, not listed, so a new one cannot be forgotten), the CRDs of deploy/crds/, every example under
 deploy/examples/, and the two release bundles. What each object is judged against:
 - built-in kinds: the upstream Kubernetes JSON schemas of PyPI kubernetes-validate, strict (unknown
-  fields refused), for the oldest and the newest Kubernetes minor Sluice supports (README);
+  fields refused), for the oldest and the newest Kubernetes minor Sluice supports (docs/requirements.md);
 - SqsSource: the CRD's own openAPIV3Schema (deploy/crds/), unknown fields refused as `kubectl apply`
   refuses them by default; the CEL rules are judged by the Rust tests (crds/tests/), not here;
 - ServiceMonitor, PodMonitor, PrometheusRule: the Prometheus Operator's API as generated from its
@@ -40,7 +40,7 @@ kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(ku
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
-#: The oldest and newest Kubernetes minors Sluice supports (README, "Kubernetes versions"). The oldest
+#: The oldest and newest Kubernetes minors Sluice supports (docs/requirements.md, "Kubernetes versions"). The oldest
 #: is the first with ValidatingAdmissionPolicy v1, which deploy/policy/ needs.
 KUBERNETES_VERSIONS = ("1.30", "1.37")
 #: Kustomize directories that are not installs (a transformer to list under `transformers:`).

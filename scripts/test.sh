@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # THE test command: from a fresh clone to a green (or red) suite, with nothing installed beforehand but
 # Rust, Go 1.26+ (the real Kubernetes control plane builds from pinned Go modules, once per version, into
-# a cache outside the work tree; tests/scripts/kube-binaries.sh) and a Python 3.13 (LocalStack's host
-# mode needs it; tests/scripts/localstack.sh finds it or says how to get one).
+# a cache outside the work tree, tests/scripts/kube-binaries.sh; helm builds the same way for the chart
+# checks), kubectl, and a Python 3.13 (LocalStack's host mode needs it; tests/scripts/localstack.sh finds
+# it or says how to get one).
 #
 # Why one script: CI (.ci/run) and people run exactly the same steps, in the same order, with the same
 # LocalStack. It formats-checks, lints, and runs every workspace test (unit, schema/CEL, CRD drift,
@@ -94,6 +95,13 @@ bash scripts/check-image-context.sh
 
 step "manifests: every kustomize output, CRD and example against the Kubernetes, CRD and Prometheus Operator schemas"
 bash scripts/check-manifests.sh
+
+# helm is built once from the Go module proxy (a few CPU-minutes, cached outside the work tree).
+step "helm chart: lint, renders against the same schemas, values schema refusals, the same objects as kustomize"
+bash scripts/check-helm.sh
+
+step "Markdown: every relative link and #anchor resolves"
+python3 scripts/check-links.py
 
 step "no function over 80 lines in the reader and the operator"
 bash scripts/long-functions.sh
