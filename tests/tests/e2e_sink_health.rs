@@ -283,7 +283,9 @@ impl Case {
     async fn run(&self, system: &System) -> Result<Figures> {
         let name = self.fault.source();
         system.apply_source(&self.yaml()).await?;
-        system.wait_ready_readers(name, self.fault.replicas(), Duration::from_secs(60)).await?;
+        // Running, not ready: a reader whose target is missing reports unready from its start check,
+        // and the kubelet's readiness probe says so.
+        system.wait_running_readers(name, self.fault.replicas() as usize, Duration::from_secs(60)).await?;
         if matches!(self.fault, Fault::RejectingSink | Fault::SinkOutage | Fault::PayloadOutage) {
             wait_ready(system, name, true, Duration::from_secs(60)).await?;
         } else {
@@ -343,7 +345,7 @@ impl Case {
             },
         )?;
         wait_event(system, name, ("Normal", "SinksHealthy")).await?;
-        let warnings = sink_warnings(system.state_dir(), name);
+        let warnings = sink_warnings(system, name);
         let warn_secs = fault.elapsed().as_secs();
         // Each reader limits its own lines.
         let bound = (2 + warn_secs as usize / 10) * self.fault.replicas() as usize;
@@ -506,11 +508,12 @@ async fn reader_metric(system: &System, name: &str, family: &str) -> Result<f64>
 
 /// The reader's rate-limited WARN lines about failing deliveries, counted per sink and kind (the
 /// text up to the count: `delivery to sink web rejected`).
-fn sink_warnings(state_dir: &Path, name: &str) -> BTreeMap<String, usize> {
-    let logs = walk(state_dir).into_iter().filter(|p| {
-        p.extension().is_some_and(|e| e == "log")
-            && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{name}-reader")))
-    });
+fn sink_warnings(system: &System, name: &str) -> BTreeMap<String, usize> {
+    let prefix = format!("{}_{name}-reader", system.namespace);
+    let logs = system
+        .pod_logs()
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)));
     let mut counts = BTreeMap::new();
     for text in logs.filter_map(|p| std::fs::read_to_string(p).ok()) {
         for line in text.lines().filter(|l| l.contains("WARN")) {
@@ -527,11 +530,6 @@ fn sink_warnings(state_dir: &Path, name: &str) -> BTreeMap<String, usize> {
         }
     }
     counts
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,19 +23,26 @@ async fn the_shipped_manifests_and_a_source_work_on_the_oldest_supported_kuberne
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("oldest-kubernetes");
     let _ = std::fs::remove_dir_all(&dir);
     let pod_env = aws_test_env().iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    let options = Options { minor: Some(OLDEST.to_owned()), bin_dir: Some(bin_dir()), pod_env, ..Options::default() };
+    let options =
+        Options { minor: Some(OLDEST.to_owned()), bin_dir: Some(bin_dir()), pod_env, ..Options::default() };
     let cluster = Cluster::start(&dir.join("cluster"), options).await?;
     println!("cluster: Kubernetes {} (CRD and reader policy installed as shipped)", cluster.info.version);
     assert!(cluster.info.version.starts_with(&format!("v{OLDEST}.")), "{}", cluster.info.version);
 
     let mut system = System::start_on(&bin_dir(), &dir.join("system"), cluster.info.clone(), None).await?;
     system.start_operator()?;
-    let yaml = SourceYaml::bare("oldest", &queue.url, &endpoint).sink("web", Sink::http(&sink.url())).replicas(1, 1).yaml();
+    let yaml = SourceYaml::bare("oldest", &queue.url, &endpoint)
+        .sink("web", Sink::http(&sink.url()))
+        .replicas(1, 1)
+        .yaml();
     system.apply_source(&yaml).await?;
     system.wait_ready_readers("oldest", 1, Duration::from_secs(120)).await?;
     queue.send_batch(300).await?;
     let stats = sink.wait_for_distinct(300, Duration::from_secs(120)).await?;
-    println!("Kubernetes {}: 300 sent, {} delivered, {} duplicates", cluster.info.version, stats.distinct, stats.duplicates);
+    println!(
+        "Kubernetes {}: 300 sent, {} delivered, {} duplicates",
+        cluster.info.version, stats.distinct, stats.duplicates
+    );
     assert!(stats.distinct >= 300);
 
     drop(system);

@@ -285,7 +285,8 @@ async fn the_operator_exports_its_reconcile_spans() -> Result<()> {
         .args(["--admin-addr", "127.0.0.1:0", "--leader-election", "off", "--log-format", "json"])
         .args(["--reader-image", "sluice:local"])
         .arg(format!("--otlp-endpoint=http://{collector}"))
-        .env("KUBECONFIG", dir.path().join("kubeconfig"))
+        .args(["--namespace", &system.namespace])
+        .env("KUBECONFIG", system.operator_kubeconfig())
         // Longer than the test: what arrives was sent by the flush at shutdown.
         .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
         .envs(aws_test_env())

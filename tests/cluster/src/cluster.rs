@@ -49,6 +49,9 @@ pub struct Options {
     pub pod_env: Vec<(String, String)>,
     /// Settings of the control plane.
     pub tuning: Tuning,
+    /// Install nothing of Sluice's (no CRD, no reader policy): the suite installs them itself, as
+    /// `helm install` does.
+    pub bare: bool,
 }
 
 /// A cluster this process runs (or one it attached to, when `plane` is `None`).
@@ -81,8 +84,10 @@ impl Cluster {
         let node_client = kubeconfig::client(&node_kubeconfig).await?;
         let kubelet =
             Kubelet::start(node_client, config.clone()).await.context("starting the process kubelet")?;
-        install::crd(&admin).await?;
-        install::reader_policy(&admin).await?;
+        if !options.bare {
+            install::crd(&admin).await?;
+            install::reader_policy(&admin).await?;
+        }
         let info = Info {
             url: plane.url(),
             ca: plane.ca_cert(),

@@ -140,20 +140,31 @@ pub async fn operator_rbac(client: &kube::Client, namespace: &str) -> Result<()>
 /// Requests a token of the operator's ServiceAccount in `namespace` (as a kubelet mounts one) and
 /// writes a kubeconfig for `url` that reads it: how the operator runs outside a pod with exactly the
 /// shipped RBAC.
-pub async fn operator_kubeconfig(client: &kube::Client, url: &str, ca: &Path, namespace: &str, path: &Path) -> Result<()> {
+pub async fn operator_kubeconfig(
+    client: &kube::Client,
+    url: &str,
+    ca: &Path,
+    namespace: &str,
+    path: &Path,
+) -> Result<()> {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let account = operator_service_account()?;
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: Vec::new(), expiration_seconds: Some(6 * 3600), bound_object_ref: None },
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(6 * 3600),
+            bound_object_ref: None,
+        },
         ..TokenRequest::default()
     };
     let issued = api.create_token_request(&account, &kube::api::PostParams::default(), &request).await?;
     let token = issued.status.map(|s| s.token).unwrap_or_default();
     let token_file = path.with_extension("token");
     std::fs::write(&token_file, token)?;
-    let text = crate::kubeconfig::render(url, ca, crate::kubeconfig::Credentials::TokenFile(&token_file), namespace);
+    let text =
+        crate::kubeconfig::render(url, ca, crate::kubeconfig::Credentials::TokenFile(&token_file), namespace);
     crate::kubeconfig::write(path, &text)?;
     Ok(())
 }

@@ -94,7 +94,12 @@ impl System {
 
     /// Like [`Self::start`], on the cluster `info` describes (one the suite runs itself, say on
     /// another Kubernetes version).
-    pub async fn start_on(bin_dir: &Path, state_dir: &Path, info: Info, private: Option<Child>) -> Result<Self> {
+    pub async fn start_on(
+        bin_dir: &Path,
+        state_dir: &Path,
+        info: Info,
+        private: Option<Child>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(state_dir)?;
         let state_dir = std::path::absolute(state_dir)?;
         let namespace = format!("e2e-{}", random_suffix());
@@ -195,6 +200,20 @@ impl System {
             Ok(Check::met_if(replicas == Some(0) && running == 0, || {
                 format!(
                     "{source}: not idle at zero readers (spec.replicas {replicas:?}, {running} running); logs under {}",
+                    self.state_dir.display()
+                )
+            }))
+        })
+        .await
+    }
+
+    /// Waits until at least `running` reader processes of `source` run (ready or not).
+    pub async fn wait_running_readers(&self, source: &str, running: usize, timeout: Duration) -> Result<()> {
+        poll::until(timeout, Duration::from_millis(250), || async {
+            let now = self.running_readers(source).len();
+            Ok(Check::met_if(now >= running, || {
+                format!(
+                    "{source}: {now} of {running} reader processes running; see {}",
                     self.state_dir.display()
                 )
             }))

@@ -79,14 +79,20 @@ async fn run(command: Cmd) -> Result<()> {
             let cluster = Cluster::attach(&dir)?;
             let admin = cluster.admin_client().await?;
             install::operator_rbac(&admin, &namespace).await?;
-            install::operator_kubeconfig(&admin, &cluster.info.url, &cluster.info.ca, &namespace, &out).await?;
+            install::operator_kubeconfig(&admin, &cluster.info.url, &cluster.info.ca, &namespace, &out)
+                .await?;
             println!("{}", out.display());
             Ok(())
         }
     }
 }
 
-async fn up(dir: PathBuf, bin_dir: Option<PathBuf>, minor: Option<String>, pod_env: Vec<String>) -> Result<()> {
+async fn up(
+    dir: PathBuf,
+    bin_dir: Option<PathBuf>,
+    minor: Option<String>,
+    pod_env: Vec<String>,
+) -> Result<()> {
     let bin_dir = bin_dir.or_else(|| std::env::current_exe().ok()?.parent().map(PathBuf::from));
     let pod_env = if pod_env.is_empty() {
         sluice_cluster::system::aws_test_env()
