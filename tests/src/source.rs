@@ -176,6 +176,12 @@ impl SourceYaml {
         self.set("scaling", "idleCooldownSeconds", seconds)
     }
 
+    /// `scaling.fallback`: what the autoscaler does while it cannot read the queue, e.g.
+    /// `json!({"failureThreshold": 2, "behavior": "fixed", "replicas": 2})`.
+    pub fn fallback(self, fallback: Value) -> Self {
+        self.set("scaling", "fallback", fallback)
+    }
+
     /// `reader.terminationGracePeriodSeconds`.
     pub fn grace_period(self, seconds: u32) -> Self {
         self.set("reader", "terminationGracePeriodSeconds", seconds)

@@ -6,6 +6,8 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use super::scaling_fallback::FallbackSpec;
+
 /// Autoscaling of the reader Deployment from the queue's depth and the readers' drain rate.
 /// Default: 1 to 10 replicas, 100 messages per replica, checked every 5 s.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -70,6 +72,10 @@ pub struct ScalingSpec {
     #[serde(default = "default_poll_interval_seconds")]
     #[schemars(range(min = 1, max = 300))]
     pub poll_interval_seconds: i32,
+    /// What the autoscaler does while the queue's attributes cannot be read. Default:
+    /// `atLeastCurrent` 1 replica after 3 failed reads (see `FallbackSpec`).
+    #[serde(default)]
+    pub fallback: FallbackSpec,
 }
 
 fn default_min_replicas() -> i32 {
@@ -115,6 +121,7 @@ impl Default for ScalingSpec {
             scale_down_stabilization_seconds: default_scale_down_stabilization_seconds(),
             idle_cooldown_seconds: default_idle_cooldown_seconds(),
             poll_interval_seconds: default_poll_interval_seconds(),
+            fallback: FallbackSpec::default(),
         }
     }
 }
