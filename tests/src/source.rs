@@ -176,6 +176,12 @@ impl SourceYaml {
         self.set("scaling", "idleCooldownSeconds", seconds)
     }
 
+    /// `scaling.activationReadings`: readings in a row above the threshold that wake a source at
+    /// zero.
+    pub fn activation_readings(self, readings: u32) -> Self {
+        self.set("scaling", "activationReadings", readings)
+    }
+
     /// `scaling.fallback`: what the autoscaler does while it cannot read the queue, e.g.
     /// `json!({"failureThreshold": 2, "behavior": "fixed", "replicas": 2})`.
     pub fn fallback(self, fallback: Value) -> Self {

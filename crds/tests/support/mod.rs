@@ -87,6 +87,7 @@ pub fn full() -> Value {
                 "minReplicas": 0, "maxReplicas": 5, "targetMessagesPerReplica": 50, "activationThreshold": 1,
                 "countInFlight": true, "countDelayed": true, "targetDrainSeconds": 30, "scaleUpMaxStep": 2,
                 "scaleDownStabilizationSeconds": 120, "idleCooldownSeconds": 300, "pollIntervalSeconds": 10,
+                "activationReadings": 2,
                 "fallback": {"failureThreshold": 4, "behavior": "atLeastCurrent", "replicas": 2}
             },
             "reader": {
