@@ -259,10 +259,12 @@ pub struct ReaderHeld {
     #[serde(default)]
     pub drain_millis_per_second: u64,
     /// What the reader costs: the AWS requests it made (every service and API, receives and
-    /// deletes included) per 1,000 messages it delivered, over its last 60 s. 200 is the floor
-    /// with full batches (one receive and one delete per ten messages); a quiet queue costs more
-    /// unless `spec.receive.batchWindowMilliseconds` lets the batches fill. Absent when nothing
-    /// was delivered in that time.
+    /// deletes included), counted as AWS bills them (SQS bills each 64 KiB chunk of a payload as
+    /// one request, so a receive of ten 1 MiB messages counts 160), per 1,000 messages it
+    /// delivered, over its last 60 s. 200 is the floor with full batches of messages under
+    /// 64 KiB (one receive and one delete per ten messages); a quiet queue costs more unless
+    /// `spec.receive.batchWindowMilliseconds` lets the batches fill. Absent when nothing was
+    /// delivered in that time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aws_requests_per_thousand_messages: Option<u64>,
     /// The age of the oldest message the reader received in the interval, from its SentTimestamp

@@ -364,6 +364,11 @@ impl Sink {
         Self::of("log", json!({}))
     }
 
+    /// A `log` sink that writes each body too (`body: true`).
+    pub fn log_bodies() -> Self {
+        Self::of("log", json!({"body": true}))
+    }
+
     /// An `sqs` sink forwarding to `queue_url` at `endpoint`.
     pub fn sqs(queue_url: &str, endpoint: &str) -> Self {
         Self::of("sqs", json!({"queueUrl": queue_url, "endpoint": endpoint}))
