@@ -132,10 +132,7 @@ impl<C: Counter> Intercept for CountRequests<C> {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let bytes = context.request().body().content_length().unwrap_or(0);
-        let (service, api) =
-            cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
-        let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
-        self.count.count(&Request { service, api, queue });
+        self.count.count(&request_of(cfg));
         cfg.interceptor_state().store_put(RequestBytes(bytes));
         Ok(())
     }
@@ -155,14 +152,19 @@ impl<C: Counter> Intercept for CountRequests<C> {
             .and_then(|v| v.parse::<u64>().ok())
             .or_else(|| response.body().content_length())
             .unwrap_or(0);
-        let (service, api) =
-            cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
-        let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
+        let request = request_of(cfg);
         let sent = cfg.load::<RequestBytes>().map_or(0, |b| b.0);
-        let billed = if service.eq_ignore_ascii_case("sqs") { billed_requests(sent, answer) } else { 1 };
-        self.count.billed(&Request { service, api, queue }, billed);
+        let sqs = request.service.eq_ignore_ascii_case("sqs");
+        self.count.billed(&request, if sqs { billed_requests(sent, answer) } else { 1 });
         Ok(())
     }
+}
+
+/// The call being made, as the SDK's metadata and the queue stored before serialization name it.
+fn request_of(cfg: &ConfigBag) -> Request<'_> {
+    let (service, api) = cfg.load::<Metadata>().map_or(("unknown", "unknown"), |m| (m.service(), m.name()));
+    let queue = cfg.load::<QueueOfCall>().map_or("", |q| q.0.as_str());
+    Request { service, api, queue }
 }
 
 /// The queue URL (or, for GetQueueUrl, the name) of an SQS operation's input.
