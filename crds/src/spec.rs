@@ -18,6 +18,7 @@ mod reader;
 mod receive;
 mod replay;
 mod scaling;
+mod scaling_fallback;
 mod service_account;
 mod sink;
 mod sink_secrets;
@@ -35,6 +36,7 @@ pub use self::reader::{ReaderResources, ReaderServiceAccount, ReaderSpec, Resour
 pub use self::receive::{RateLimitSpec, ReceiveSpec};
 pub use self::replay::ReplaySpec;
 pub use self::scaling::ScalingSpec;
+pub use self::scaling_fallback::{DEFAULT_FALLBACK_REPLICAS, FallbackBehavior, FallbackSpec};
 pub use self::sink::{
     HttpBatchSpec, HttpSinkSpec, LogSinkSpec, RouteSpec, S3SinkSpec, SinkSpec, SqsOffloadSpec, SqsSinkSpec,
 };

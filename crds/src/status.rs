@@ -28,8 +28,12 @@ pub struct SqsSourceStatus {
     /// PayloadFetchFailing while some reader holds messages because fetching their payloads from
     /// S3 fails (`spec.payload.s3`), named in the message too when a sink also fails; Unknown
     /// while no reader has reported in the last 90 s; written a few seconds after the readers
-    /// report, with an event on each change to and from False). Every type but
-    /// SinksHealthy is present once the operator has reconciled a valid source. Default empty.
+    /// report, with an event on each change to and from False), and Fallback (written by the
+    /// autoscaler: False with reason QueueReadable while it reads the queue's attributes, False
+    /// with reason ScalerBlind while some reads in a row failed, True with reason FallbackApplied
+    /// once `spec.scaling.fallback.failureThreshold` did and the fallback sets the replicas; see
+    /// `fallback`). Every type but SinksHealthy and Fallback is present once the operator has
+    /// reconciled a valid source. Default empty.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -82,6 +86,10 @@ pub struct SqsSourceStatus {
     /// Why the replica count last changed. Absent until the first scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_reason: Option<String>,
+    /// The autoscaler's fallback in force (`spec.scaling.fallback`) while it cannot read the
+    /// queue's attributes; absent while it reads them (the `Fallback` condition says which).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackStatus>,
     /// What each live reader holds (received from SQS, not yet settled), from the reports in
     /// the readers' lease ConfigMaps, ordered by pod and at most `spec.scaling.maxReplicas`
     /// entries (readers that reported in the last 90 s; one that stopped reporting drops out).
@@ -161,6 +169,22 @@ pub struct ReplayBatch {
     pub receipts: Vec<String>,
 }
 
+/// The fallback the autoscaler applies while blind.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackStatus {
+    /// `keepCurrent`, `fixed` or `atLeastCurrent`, as `spec.scaling.fallback.behavior` said.
+    pub behavior: String,
+    /// The replica count the fallback runs.
+    pub replicas: i32,
+    /// Queue reads that failed in a row so far.
+    pub consecutive_failures: u32,
+    /// When the first of them failed (RFC 3339).
+    pub since: String,
+    /// The last failure, one line.
+    pub last_error: String,
+}
+
 /// Message counts summed over the source's queues, from GetQueueAttributes.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -235,10 +259,12 @@ pub struct ReaderHeld {
     #[serde(default)]
     pub drain_millis_per_second: u64,
     /// What the reader costs: the AWS requests it made (every service and API, receives and
-    /// deletes included) per 1,000 messages it delivered, over its last 60 s. 200 is the floor
-    /// with full batches (one receive and one delete per ten messages); a quiet queue costs more
-    /// unless `spec.receive.batchWindowMilliseconds` lets the batches fill. Absent when nothing
-    /// was delivered in that time.
+    /// deletes included), counted as AWS bills them (SQS bills each 64 KiB chunk of a payload as
+    /// one request, so a receive of ten 1 MiB messages counts 160), per 1,000 messages it
+    /// delivered, over its last 60 s. 200 is the floor with full batches of messages under
+    /// 64 KiB (one receive and one delete per ten messages); a quiet queue costs more unless
+    /// `spec.receive.batchWindowMilliseconds` lets the batches fill. Absent when nothing was
+    /// delivered in that time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aws_requests_per_thousand_messages: Option<u64>,
     /// The age of the oldest message the reader received in the interval, from its SentTimestamp

@@ -173,6 +173,18 @@ fn cases() -> Vec<Case> {
             valid: |v| spec(v)["scaling"] = json!({"minReplicas": 0, "maxReplicas": 1}),
             invalid: |v| spec(v)["scaling"] = json!({"minReplicas": 11}),
         },
+        Case {
+            names: "spec.scaling.fallback.replicas is not read with behavior keepCurrent",
+            path: "spec.scaling.fallback.replicas",
+            valid: |v| spec(v)["scaling"] = json!({"fallback": {"behavior": "keepCurrent"}}),
+            invalid: |v| spec(v)["scaling"] = json!({"fallback": {"behavior": "keepCurrent", "replicas": 2}}),
+        },
+        Case {
+            names: "spec.scaling.fallback.replicas is required with behavior fixed",
+            path: "spec.scaling.fallback.replicas",
+            valid: |v| spec(v)["scaling"] = json!({"fallback": {"behavior": "fixed", "replicas": 0}}),
+            invalid: |v| spec(v)["scaling"] = json!({"fallback": {"behavior": "fixed"}}),
+        },
         // --- sinks ---
         Case {
             names: "needs exactly one of http, sqs, s3 or log",

@@ -32,7 +32,7 @@ fn found(visible: i64, redrive: bool) -> QueueObservation {
                 r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:orders-dlq","maxReceiveCount":5}"#
                     .to_owned()
             }),
-            maximum_message_size: 262_144,
+            maximum_message_size: 1_048_576,
             visible,
             in_flight: 2,
             delayed: 1,
@@ -66,7 +66,7 @@ fn a_healthy_source_is_ready_and_reports_its_queue() {
     assert_eq!(summary(&c, READY), pair("True", "ReadersReady"));
     assert_eq!(summary(&c, QUEUE_REACHABLE), pair("True", "QueueFound"));
     assert_eq!(summary(&c, QUEUE_CONFIG_VALID), pair("True", "QueueConfigValid"));
-    assert!(verdict(&c, QUEUE_CONFIG_VALID).message.contains("262144 bytes"));
+    assert!(verdict(&c, QUEUE_CONFIG_VALID).message.contains("1048576 bytes"));
     assert_eq!(summary(&c, PROGRESSING), pair("False", "RolloutComplete"));
     assert_eq!(summary(&c, DEGRADED), pair("False", "AsExpected"));
     assert_eq!((c.replicas, c.ready_replicas), (2, 2));

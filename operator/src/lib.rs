@@ -15,6 +15,7 @@ pub mod aws_requests;
 pub mod backoff;
 pub mod build;
 pub mod cli;
+pub mod condition_patch;
 pub mod conditions;
 pub mod controller;
 pub mod deletion;

@@ -45,7 +45,7 @@ fn healthy_queue() -> Result<QueueAttributes, QueueError> {
         url: "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),
         visibility_timeout_seconds: 30,
         redrive_policy: Some(r#"{"maxReceiveCount":5}"#.into()),
-        maximum_message_size: 262_144,
+        maximum_message_size: 1_048_576,
         visible: 4,
         ..QueueAttributes::default()
     })

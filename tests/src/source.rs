@@ -176,6 +176,18 @@ impl SourceYaml {
         self.set("scaling", "idleCooldownSeconds", seconds)
     }
 
+    /// `scaling.activationReadings`: readings in a row above the threshold that wake a source at
+    /// zero.
+    pub fn activation_readings(self, readings: u32) -> Self {
+        self.set("scaling", "activationReadings", readings)
+    }
+
+    /// `scaling.fallback`: what the autoscaler does while it cannot read the queue, e.g.
+    /// `json!({"failureThreshold": 2, "behavior": "fixed", "replicas": 2})`.
+    pub fn fallback(self, fallback: Value) -> Self {
+        self.set("scaling", "fallback", fallback)
+    }
+
     /// `reader.terminationGracePeriodSeconds`.
     pub fn grace_period(self, seconds: u32) -> Self {
         self.set("reader", "terminationGracePeriodSeconds", seconds)
@@ -350,6 +362,11 @@ impl Sink {
     /// A `log` sink: every message written to the reader's log.
     pub fn log() -> Self {
         Self::of("log", json!({}))
+    }
+
+    /// A `log` sink that writes each body too (`body: true`).
+    pub fn log_bodies() -> Self {
+        Self::of("log", json!({"body": true}))
     }
 
     /// An `sqs` sink forwarding to `queue_url` at `endpoint`.

@@ -18,8 +18,11 @@ pub struct HeldSpec {
     #[serde(default = "default_max_messages")]
     #[schemars(range(min = 1, max = 100_000))]
     pub max_messages: u32,
-    /// Most message body bytes one reader holds at once, 1 KiB to 4 GiB. A batch is still taken
-    /// when nothing is held. Default 67108864 (64 MiB).
+    /// Most message body bytes one reader holds at once, 1 KiB to 4 GiB. A poller receives while
+    /// the bytes held are under it, so a reader may go over by one receive batch per poller (up to
+    /// 10 messages of up to 1 MiB each, SQS's largest); a batch is still taken when nothing is
+    /// held. Default 67108864 (64 MiB): with the default four pollers and 1 MiB messages, up to
+    /// 104 MiB of bodies, which the reader's default 512Mi memory limit leaves room for.
     #[serde(default = "default_max_bytes")]
     #[schemars(range(min = 1024, max = 4_294_967_296u64))]
     pub max_bytes: u64,

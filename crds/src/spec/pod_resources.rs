@@ -15,7 +15,8 @@ pub struct ReaderResources {
     /// What the scheduler reserves for each reader. Absent: 100m CPU and 48Mi memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<ResourceAmounts>,
-    /// The most each reader may use. Absent: a 256Mi memory limit and no CPU limit.
+    /// The most each reader may use. Absent: a 512Mi memory limit (room for `held.maxBytes` of
+    /// 1 MiB messages and their copies on the way to the sinks) and no CPU limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ResourceAmounts>,
 }

@@ -6,6 +6,8 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use super::scaling_fallback::FallbackSpec;
+
 /// Autoscaling of the reader Deployment from the queue's depth and the readers' drain rate.
 /// Default: 1 to 10 replicas, 100 messages per replica, checked every 5 s.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -30,6 +32,14 @@ pub struct ScalingSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 1_000_000_000))]
     pub activation_threshold: i64,
+    /// Consecutive readings (one per `pollIntervalSeconds`) above `activationThreshold` that wake
+    /// a source at zero replicas, 1-5. Default 2: SQS's figures are approximate, and a single
+    /// non-zero reading of an empty queue would otherwise start a reader for nothing (and, with
+    /// `idleCooldownSeconds`, keep it a minute). The second reading adds at most one poll interval
+    /// to the reaction from zero; 1 wakes on the first reading. Scaling above zero is not delayed.
+    #[serde(default = "default_activation_readings")]
+    #[schemars(range(min = 1, max = 5))]
+    pub activation_readings: i32,
     /// Count in-flight messages (ApproximateNumberOfMessagesNotVisible) as backlog. Default true.
     #[serde(default = "default_true")]
     pub count_in_flight: bool,
@@ -62,7 +72,9 @@ pub struct ScalingSpec {
     #[schemars(range(min = 0, max = 3600))]
     pub scale_down_stabilization_seconds: i32,
     /// Seconds of an empty queue before scaling to zero (only with `minReplicas: 0`), 0-86400.
-    /// Default 60.
+    /// Counted from the last reading above `activationThreshold`, so it is also the least time a
+    /// woken source keeps one reader after its last activity, however slowly that reader
+    /// starts. Default 60.
     #[serde(default = "default_idle_cooldown_seconds")]
     #[schemars(range(min = 0, max = 86_400))]
     pub idle_cooldown_seconds: i32,
@@ -70,6 +82,10 @@ pub struct ScalingSpec {
     #[serde(default = "default_poll_interval_seconds")]
     #[schemars(range(min = 1, max = 300))]
     pub poll_interval_seconds: i32,
+    /// What the autoscaler does while the queue's attributes cannot be read. Default:
+    /// `atLeastCurrent` 1 replica after 3 failed reads (see `FallbackSpec`).
+    #[serde(default)]
+    pub fallback: FallbackSpec,
 }
 
 fn default_min_replicas() -> i32 {
@@ -99,6 +115,9 @@ fn default_idle_cooldown_seconds() -> i32 {
 fn default_poll_interval_seconds() -> i32 {
     5
 }
+fn default_activation_readings() -> i32 {
+    2
+}
 
 impl Default for ScalingSpec {
     fn default() -> Self {
@@ -107,6 +126,7 @@ impl Default for ScalingSpec {
             max_replicas: default_max_replicas(),
             target_messages_per_replica: default_target_per_replica(),
             activation_threshold: 0,
+            activation_readings: default_activation_readings(),
             count_in_flight: true,
             count_delayed: false,
             target_drain_seconds: default_target_drain_seconds(),
@@ -115,6 +135,7 @@ impl Default for ScalingSpec {
             scale_down_stabilization_seconds: default_scale_down_stabilization_seconds(),
             idle_cooldown_seconds: default_idle_cooldown_seconds(),
             poll_interval_seconds: default_poll_interval_seconds(),
+            fallback: FallbackSpec::default(),
         }
     }
 }

@@ -175,8 +175,13 @@ pub struct SqsOffloadSpec {
     #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$')")
         .message("spec.sinks[].sqs.offload.bucket must be a valid S3 bucket name (3-63 lowercase letters, digits, . and -): rename it"))]
     pub bucket: String,
-    /// Bodies (with their attributes) larger than this many bytes are offloaded, 0-1048576.
-    /// Default 262144 (256 KiB, the Extended Client's own threshold).
+    /// Bodies (with their attributes) larger than this many bytes are offloaded, 0-1048576 (SQS's
+    /// largest message since 2025). Default 262144 (256 KiB), kept below that largest size on
+    /// purpose: it is still the Extended Client libraries' own threshold; it fits a sink queue
+    /// whose `MaximumMessageSize` was set to 262144 before the limit rose; and it is cheaper
+    /// above roughly 430 KiB, since SQS bills each 64 KiB chunk of a send and of a receive as
+    /// one request while an offloaded body costs one S3 PUT and one GET whatever its size. Raise
+    /// it (up to the sink queue's `MaximumMessageSize`) to keep bodies in SQS.
     #[serde(default = "default_offload_threshold")]
     #[schemars(range(max = 1_048_576))]
     pub threshold_bytes: u64,

@@ -86,7 +86,9 @@ pub fn full() -> Value {
             "scaling": {
                 "minReplicas": 0, "maxReplicas": 5, "targetMessagesPerReplica": 50, "activationThreshold": 1,
                 "countInFlight": true, "countDelayed": true, "targetDrainSeconds": 30, "scaleUpMaxStep": 2,
-                "scaleDownStabilizationSeconds": 120, "idleCooldownSeconds": 300, "pollIntervalSeconds": 10
+                "scaleDownStabilizationSeconds": 120, "idleCooldownSeconds": 300, "pollIntervalSeconds": 10,
+                "activationReadings": 2,
+                "fallback": {"failureThreshold": 4, "behavior": "atLeastCurrent", "replicas": 2}
             },
             "reader": {
                 "image": "sluice-reader:dev", "logLevel": "debug", "terminationGracePeriodSeconds": 30,
@@ -131,6 +133,10 @@ pub fn full() -> Value {
                 "boundBytes": 67108864, "handedOff": 100, "waitMeanMilliseconds": 20, "waitMaxMilliseconds": 90
             }],
             "held": {"messages": 12, "bytes": 1200, "maxMessagesPerReader": 12},
+            "fallback": {
+                "behavior": "atLeastCurrent", "replicas": 2, "consecutiveFailures": 4,
+                "since": "2026-01-01T00:00:00Z", "lastError": "queue orders: connection refused"
+            },
             "replay": {
                 "id": "after-incident-42", "phase": "Running", "replayed": 20, "skipped": 1, "uncertain": 0,
                 "batch": {"stage": "sent", "ids": ["m-1"], "receipts": ["h-1"]}

@@ -32,9 +32,15 @@ use crate::validate::Validated;
 /// `spec.reader.resources`.
 const DEFAULT_CPU_REQUEST: &str = "100m";
 const DEFAULT_MEMORY_REQUEST: &str = "48Mi";
-/// Four times the measured peak: room for large messages in flight (up to 256 KiB each) before
-/// the kernel stops a reader that leaks.
-const DEFAULT_MEMORY_LIMIT: &str = "256Mi";
+/// Room for a reader holding messages of SQS's largest size (1 MiB since 2025) before the kernel
+/// stops one that leaks. What a reader holds is bounded by `held.maxBytes` (64 MiB by default)
+/// plus one receive batch per poller above it (10 messages of up to 1 MiB each), and each body is
+/// copied again on its way to a sink (a request body, an s3 line, a log line): a debug build
+/// draining a backlog of 100-120 MiB of 1 MiB messages into an http, an sqs, an s3 and a log sink
+/// at once peaked at 264-321 MiB resident (tests/tests/e2e_large_messages.rs, runs differ with
+/// timing), over the 256Mi that sufficed for 256 KiB messages. 512Mi leaves about 1.6 times the
+/// highest of those peaks.
+const DEFAULT_MEMORY_LIMIT: &str = "512Mi";
 
 /// Variables the EKS pod identity webhook reads or injects (amazon-eks-pod-identity-webhook,
 /// `addEnvToContainer` in pkg/handler/handler.go): it skips a container that already has

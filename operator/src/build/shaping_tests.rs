@@ -94,7 +94,7 @@ fn a_source_without_resources_gets_the_defaults() {
     let c = children(crate::fixtures::BASIC);
     assert_eq!(
         json(reader(&c))["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "512Mi"}})
     );
     let mut s = source(PAYMENTS_FIFO);
     s.spec.reader.resources = Some(sluice_crds::ReaderResources {
@@ -104,7 +104,7 @@ fn a_source_without_resources_gets_the_defaults() {
     let r = json(reader(&children_of(&s)));
     assert_eq!(
         r["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"cpu": "2", "memory": "256Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"cpu": "2", "memory": "512Mi"}})
     );
 }
 

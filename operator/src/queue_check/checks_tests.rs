@@ -7,7 +7,7 @@ fn attrs(fifo: bool, visibility: i64, redrive: bool) -> QueueAttributes {
         fifo,
         visibility_timeout_seconds: visibility,
         redrive_policy: redrive.then(|| r#"{"maxReceiveCount":5}"#.to_owned()),
-        maximum_message_size: 262_144,
+        maximum_message_size: 1_048_576,
         ..QueueAttributes::default()
     }
 }

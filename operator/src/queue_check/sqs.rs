@@ -207,7 +207,7 @@ mod tests {
             (QueueAttributeName::ApproximateNumberOfMessages, "12".to_owned()),
             (QueueAttributeName::ApproximateNumberOfMessagesNotVisible, "x".to_owned()),
             (QueueAttributeName::RedrivePolicy, String::new()),
-            (QueueAttributeName::MaximumMessageSize, "262144".to_owned()),
+            (QueueAttributeName::MaximumMessageSize, "1048576".to_owned()),
         ]);
         let parsed = parse_attributes("u".into(), &attrs);
         assert!(parsed.fifo);
@@ -215,6 +215,6 @@ mod tests {
         assert_eq!(parsed.visible, 12);
         assert_eq!(parsed.in_flight, 0);
         assert_eq!(parsed.redrive_policy, None);
-        assert_eq!(parsed.maximum_message_size, 262_144);
+        assert_eq!(parsed.maximum_message_size, 1_048_576);
     }
 }

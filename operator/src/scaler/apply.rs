@@ -9,7 +9,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
-use sluice_crds::QueueFigures;
+use sluice_crds::{FallbackStatus, QueueFigures};
 
 use crate::names::checkpoint_name;
 
@@ -44,6 +44,8 @@ pub struct ScaleStatus {
     /// When and why replicas last changed (kept across applies: an apply that omits a field the
     /// manager owned removes it).
     pub last_scale: Option<(String, String)>,
+    /// The fallback in force while the queue cannot be read; `None` removes `status.fallback`.
+    pub fallback: Option<FallbackStatus>,
 }
 
 impl ScaleStatus {
@@ -56,6 +58,7 @@ impl ScaleStatus {
             || self.figures != before.figures
             || tenths(self.drain_total) != tenths(before.drain_total)
             || self.last_scale != before.last_scale
+            || self.fallback != before.fallback
     }
 }
 
@@ -69,6 +72,9 @@ pub fn status(status: &ScaleStatus, observed_at: &str) -> Value {
     if let Some((time, reason)) = &status.last_scale {
         fields["lastScaleTime"] = json!(time);
         fields["lastScaleReason"] = json!(reason);
+    }
+    if let Some(fallback) = &status.fallback {
+        fields["fallback"] = json!(fallback);
     }
     json!({ "apiVersion": "sluice.dev/v1alpha1", "kind": "SqsSource", "status": fields })
 }
@@ -104,7 +110,8 @@ mod tests {
     #[test]
     fn status_apply_carries_only_scaler_fields() {
         let figures = QueueFigures { visible: 5, in_flight: 2, delayed: 0, observed_at: None };
-        let mut scale = ScaleStatus { desired: 2, figures, drain_total: 12.5, last_scale: None };
+        let mut scale =
+            ScaleStatus { desired: 2, figures, drain_total: 12.5, last_scale: None, fallback: None };
         let body = status(&scale, "2026-11-29T21:00:00Z");
         assert_eq!(
             body["status"],
@@ -118,12 +125,23 @@ mod tests {
         let body = status(&scale, "2026-11-29T21:00:00Z");
         assert_eq!(body["status"]["lastScaleTime"], "2026-11-29T20:59:00Z");
         assert_eq!(body["status"]["lastScaleReason"], "backlog 5");
+        scale.fallback = Some(FallbackStatus {
+            behavior: "atLeastCurrent".into(),
+            replicas: 1,
+            consecutive_failures: 3,
+            since: "2026-11-29T20:58:00Z".into(),
+            last_error: "queue q: connection refused".into(),
+        });
+        let body = status(&scale, "2026-11-29T21:00:00Z");
+        assert_eq!(body["status"]["fallback"]["consecutiveFailures"], 3);
+        assert_eq!(body["status"]["fallback"]["behavior"], "atLeastCurrent");
     }
 
     #[test]
     fn noise_in_the_drain_rate_is_not_news() {
         let figures = QueueFigures { visible: 5, in_flight: 2, delayed: 0, observed_at: None };
-        let before = ScaleStatus { desired: 2, figures, drain_total: 12.51, last_scale: None };
+        let before =
+            ScaleStatus { desired: 2, figures, drain_total: 12.51, last_scale: None, fallback: None };
         assert!(!ScaleStatus { drain_total: 12.54, ..before.clone() }.differs_from(&before));
         assert!(ScaleStatus { drain_total: 12.7, ..before.clone() }.differs_from(&before));
         assert!(ScaleStatus { desired: 3, ..before.clone() }.differs_from(&before));

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::QueueAttributeName;
 use futures::FutureExt;
 use futures::future::{BoxFuture, try_join_all};
@@ -130,7 +131,7 @@ impl SqsQueueAttributes {
                     None => {
                         let out = bounded(queue, client.get_queue_url().queue_name(name).send())
                             .await?
-                            .map_err(|e| sdk_error(queue, &e))?;
+                            .map_err(|e| sdk_error(queue, "GetQueueUrl", &e))?;
                         let url = out
                             .queue_url()
                             .ok_or_else(|| AttributesError::new(queue, "GetQueueUrl returned no url"))?
@@ -149,7 +150,7 @@ impl SqsQueueAttributes {
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
             .send();
-        let out = bounded(queue, call).await?.map_err(|e| sdk_error(queue, &e))?;
+        let out = bounded(queue, call).await?.map_err(|e| sdk_error(queue, "GetQueueAttributes", &e))?;
         parse_figures(queue, out.attributes().unwrap_or(&HashMap::new()))
     }
 }
@@ -170,8 +171,14 @@ async fn bounded<T>(queue: &QueueRef, call: impl Future<Output = T>) -> Result<T
         .map_err(|_| AttributesError::new(queue, format!("no answer from SQS within {CALL_TIMEOUT:?}")))
 }
 
-fn sdk_error(queue: &QueueRef, error: &(dyn std::error::Error + 'static)) -> AttributesError {
-    AttributesError::new(queue, aws_sdk_sqs::error::DisplayErrorContext(error).to_string())
+/// The call's failure in one line (the service's code and message, or what kept the request from
+/// an answer): it goes to the WARN line, the `Fallback` condition and `status.fallback`.
+fn sdk_error<E, R>(queue: &QueueRef, operation: &str, error: &SdkError<E, R>) -> AttributesError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    AttributesError::new(queue, sluice_aws::fault::describe_call(operation, error))
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The burst scenario, 20,000 messages from an idle source, played against `decide` with a
 //! simple model of the queue and the readers, second by second. It pins the shape the end-to-end
-//! test on the local control plane must show: 0 to max at the first poll after the burst, max held
-//! while the backlog drains, zero only after the idle cooldown, and no flapping in between.
+//! test on the local control plane must show: 0 to max at the second poll after the burst (the
+//! first reading is confirmed by the next, `activationReadings`), max held while the backlog
+//! drains, zero only after the idle cooldown, and no flapping in between.
 
 use k8s_openapi::jiff::Timestamp;
 use sluice_crds::{QueueFigures, ScalingSpec};
@@ -90,11 +91,11 @@ fn a_20k_burst_goes_zero_to_max_and_back_once() {
     let world = World { per_reader: 40, startup: 3, burst_before_poll: 1 };
     let trace = play(&spec, &world, 20_000, 400);
 
-    // Burst at 4 s, poll at 5 s: straight to max (200 needed, step 10).
-    assert_eq!(trace.changes[0], (5, 10), "{trace:?}");
-    // 10 readers at 40 msg/s from 8 s: 20,000 messages gone 50 s later.
+    // Burst at 4 s, seen at 5 s, confirmed at 10 s: straight to max (200 needed, step 10).
+    assert_eq!(trace.changes[0], (10, 10), "{trace:?}");
+    // 10 readers at 40 msg/s from 13 s: 20,000 messages gone 50 s later.
     let drained = trace.drained_at.expect("drained");
-    assert_eq!(drained, 57, "{trace:?}");
+    assert_eq!(drained, 62, "{trace:?}");
     assert_eq!(trace.deleted, 20_000);
     // Held at max while draining, then down only after the stabilization window and the cooldown.
     let (second, desired) = trace.changes[1];
@@ -114,15 +115,28 @@ fn a_20k_burst_goes_zero_to_max_and_back_once() {
     }
 }
 
+/// From zero, at most one poll interval without confirmation and one more with the default
+/// second reading; never more.
 #[test]
-fn reaction_is_at_most_one_poll_interval() {
-    let spec = ScalingSpec { min_replicas: 0, max_replicas: 10, ..ScalingSpec::default() };
-    let poll = i64::from(spec.poll_interval_seconds);
-    for burst_before_poll in 1..=poll {
-        let world = World { per_reader: 40, startup: 3, burst_before_poll };
-        let trace = play(&spec, &world, 20_000, 20);
-        let burst_at = poll - burst_before_poll;
-        let (raised_at, _) = trace.changes[0];
-        assert!(raised_at - burst_at <= poll, "burst at {burst_at}s, raised at {raised_at}s");
+fn confirmation_adds_at_most_one_poll_interval_to_the_reaction() {
+    for readings in [1, 2] {
+        let spec = ScalingSpec {
+            min_replicas: 0,
+            max_replicas: 10,
+            activation_readings: readings,
+            ..ScalingSpec::default()
+        };
+        let poll = i64::from(spec.poll_interval_seconds);
+        for burst_before_poll in 1..=poll {
+            let world = World { per_reader: 40, startup: 3, burst_before_poll };
+            let trace = play(&spec, &world, 20_000, 30);
+            let burst_at = poll - burst_before_poll;
+            let (raised_at, _) = trace.changes[0];
+            let bound = poll * i64::from(readings);
+            assert!(
+                raised_at - burst_at <= bound,
+                "activationReadings {readings}: burst at {burst_at}s, raised at {raised_at}s"
+            );
+        }
     }
 }

@@ -21,7 +21,12 @@
 //!    once the age is under L and fewer replicas carry the arrivals. Under a binding source-wide
 //!    rate limit the rule holds the count running.
 //! 3. With `minReplicas` 0 and an inactive queue: stay at zero, or go to zero once idle for
-//!    `idleCooldownSeconds` (at least one replica is kept until then).
+//!    `idleCooldownSeconds` (at least one replica is kept until then). At zero, an active reading
+//!    wakes the source only as the `activationReadings`-th in a row: SQS's figures are
+//!    approximate, and one non-zero reading of an empty queue would start a reader for nothing
+//!    and keep it for the cooldown. Two readings cost one poll interval of reaction; a receive
+//!    probe would answer sooner but spend a receive of the message it finds (SQS counts it
+//!    against `maxReceiveCount`) and needs the reader's credentials in the operator.
 //! 4. Up at once, at most `scaleUpMaxStep` more (raising to `minReplicas` is never step-limited);
 //!    down to the highest recommendation within `scaleDownStabilizationSeconds`, never below
 //!    `minReplicas` nor above `maxReplicas`.
@@ -202,6 +207,7 @@ pub fn decide(spec: &ScalingSpec, seen: &Observation, history: History) -> Decis
     let backlog = backlog(spec, &seen.figures);
     let active = backlog > bounds.threshold;
     let history = if active { history.mark_active(now) } else { history };
+    let history = history.count_reading(active);
     let (derived, history) = derive(spec, seen, backlog, history);
     let (wanted, basis) = needed(spec, &bounds, backlog, seen, &derived);
     let arrival_per_second = derived.flow.arrival;
@@ -226,6 +232,13 @@ pub fn decide(spec: &ScalingSpec, seen: &Observation, history: History) -> Decis
         }
         recommended = recommended.max(1).min(bounds.max);
         cooling = Some(Reason::CoolingDown { idle_seconds, cooldown_seconds });
+    }
+    let needed = spec.activation_readings.clamp(1, 5).unsigned_abs();
+    let readings = history.active_readings();
+    if bounds.min == 0 && current == 0 && readings < needed {
+        let history = history.record(now, 0, window);
+        let reason = Reason::Confirming { backlog, threshold: bounds.threshold, readings, needed };
+        return Decision { desired: 0, reason, backlog, recommended: 0, arrival_per_second, history };
     }
 
     let history = history.record(now, recommended, window);

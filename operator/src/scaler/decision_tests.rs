@@ -59,6 +59,8 @@ impl Keda {
             scale_up_max_step: i32::MAX,
             scale_down_stabilization_seconds: 0,
             idle_cooldown_seconds: 0,
+            // KEDA wakes on the first active reading.
+            activation_readings: 1,
             ..ScalingSpec::default()
         }
     }
@@ -206,7 +208,13 @@ fn scale_up_is_immediate_but_step_limited() {
 
 #[test]
 fn activation_from_zero_respects_threshold_and_step() {
-    let spec = ScalingSpec { min_replicas: 0, activation_threshold: 50, scale_up_max_step: 4, ..spec() };
+    let spec = ScalingSpec {
+        min_replicas: 0,
+        activation_threshold: 50,
+        scale_up_max_step: 4,
+        activation_readings: 1,
+        ..spec()
+    };
     let idle = decide(&spec, &seen(50, 0, 0), History::default());
     assert_eq!((idle.desired, idle.reason), (0, Reason::Idle { backlog: 50, threshold: 50 }));
     let one = decide(&spec, &seen(51, 0, 0), History::default());
@@ -214,6 +222,53 @@ fn activation_from_zero_respects_threshold_and_step() {
     let burst = decide(&spec, &seen(20_000, 0, 0), History::default());
     assert_eq!(burst.desired, 4, "{}", burst.reason);
     assert_eq!(burst.reason.event_reason(), Some("Activated"));
+}
+
+#[test]
+fn a_source_at_zero_wakes_on_a_confirmed_reading_only() {
+    let spec = ScalingSpec { min_replicas: 0, ..spec() };
+    assert_eq!(spec.activation_readings, 2, "the default");
+    // A lone non-zero reading of an empty queue: zero stays, and the next empty reading forgets it.
+    let spurious = decide(&spec, &seen(3, 0, 0), History::default());
+    let confirming = Reason::Confirming { backlog: 3, threshold: 0, readings: 1, needed: 2 };
+    assert_eq!((spurious.desired, &spurious.reason), (0, &confirming));
+    let empty = decide(&spec, &seen(0, 0, 5), spurious.history);
+    assert_eq!((empty.desired, empty.reason), (0, Reason::Idle { backlog: 0, threshold: 0 }));
+    let again = decide(&spec, &seen(3, 0, 10), empty.history);
+    assert_eq!((again.desired, again.reason), (0, confirming));
+    // Confirmed by the next reading: awake, sized by that reading.
+    let confirmed = decide(&spec, &seen(500, 0, 15), again.history);
+    assert_eq!(confirmed.desired, 5, "{}", confirmed.reason);
+    assert_eq!(confirmed.reason.event_reason(), Some("Activated"));
+    // activationReadings 1 wakes on the first; above zero nothing waits for a second reading.
+    let eager = ScalingSpec { activation_readings: 1, ..spec.clone() };
+    assert_eq!(decide(&eager, &seen(3, 0, 0), History::default()).desired, 1);
+    assert_eq!(decide(&spec, &seen(500, 1, 0), History::default()).desired, 5);
+    // Three readings in a row when asked for.
+    let careful = ScalingSpec { activation_readings: 3, ..spec };
+    let one = decide(&careful, &seen(3, 0, 0), History::default());
+    let two = decide(&careful, &seen(3, 0, 5), one.history);
+    let three = decide(&careful, &seen(3, 0, 10), two.history.clone());
+    assert_eq!((one.desired, two.desired, three.desired), (0, 0, 1));
+}
+
+/// `idleCooldownSeconds` counts from the last reading above the threshold, not from the scale-up:
+/// a woken source keeps a reader at least that long after its last activity, however fast the
+/// messages went (taken by a slow-starting reader's first receive, or by someone else).
+#[test]
+fn a_woken_source_keeps_a_reader_for_the_cooldown_after_its_last_activity() {
+    let spec = ScalingSpec { min_replicas: 0, idle_cooldown_seconds: 60, ..spec() };
+    let first = decide(&spec, &seen(5, 0, 0), History::default());
+    let woke = decide(&spec, &seen(5, 0, 5), first.history);
+    assert_eq!(woke.desired, 1, "{}", woke.reason);
+    let mut history = woke.history;
+    for second in (10..65).step_by(5) {
+        let decision = decide(&spec, &seen(0, 1, second), history);
+        assert_eq!(decision.desired, 1, "at {second}s: {}", decision.reason);
+        history = decision.history;
+    }
+    let decision = decide(&spec, &seen(0, 1, 65), history);
+    assert_eq!((decision.desired, decision.reason), (0, Reason::ScaledToZero { idle_seconds: 60 }));
 }
 
 #[test]
@@ -273,6 +328,7 @@ fn scale_to_zero_after_idle_cooldown() {
         min_replicas: 0,
         idle_cooldown_seconds: 60,
         scale_down_stabilization_seconds: 30,
+        activation_readings: 1,
         ..spec()
     };
     // (second, backlog, expected desired, expected reason kind)

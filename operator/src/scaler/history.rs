@@ -5,6 +5,9 @@
 //! the backlog and the fleet's drain of the last intervals (the arrival rate is estimated from how the
 //! backlog changed between them) and the per-replica rate the readers reached under full load.
 //!
+//! And how many readings in a row were above the threshold, so that a source at zero wakes only on
+//! a reading the next one confirms (`activationReadings`).
+//!
 //! It is a plain value handed in and returned by `decide`, so the decision stays a pure function.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -18,6 +21,9 @@ pub struct History {
     /// Within `flow::WINDOW_SECONDS`, oldest first.
     samples: Vec<Sample>,
     capacity: Option<f64>,
+    /// Readings in a row above the activation threshold, this one included; 0 after one at or
+    /// below it.
+    active_readings: u32,
 }
 
 impl History {
@@ -41,6 +47,17 @@ impl History {
     pub(super) fn mark_active(mut self, now: Timestamp) -> Self {
         self.last_active = Some(now);
         self
+    }
+
+    /// Counts this reading: one more in a row if `active`, else the count starts over.
+    pub(super) fn count_reading(mut self, active: bool) -> Self {
+        self.active_readings = if active { self.active_readings.saturating_add(1) } else { 0 };
+        self
+    }
+
+    /// Readings in a row above the activation threshold, the latest included.
+    pub fn active_readings(&self) -> u32 {
+        self.active_readings
     }
 
     /// Adds `recommended` at `now` and forgets those older than `window_seconds`.

@@ -47,6 +47,8 @@ pub struct Metrics {
     message_age: Family<SourceLabels, FloatGauge>,
     arrival: Family<SourceLabels, FloatGauge>,
     suspended: Family<SourceLabels, Gauge>,
+    read_failures_in_a_row: Family<SourceLabels, Gauge>,
+    fallback_applied: Family<SourceLabels, Gauge>,
 }
 
 impl Metrics {
@@ -115,6 +117,16 @@ impl Metrics {
             metrics.arrival.clone(),
         );
         r.register("suspended", "1 while spec.suspend holds the readers at 0", metrics.suspended.clone());
+        r.register(
+            "queue_read_failures_in_a_row",
+            "Queue reads (GetQueueAttributes) that failed in a row; 0 once one succeeds",
+            metrics.read_failures_in_a_row.clone(),
+        );
+        r.register(
+            "fallback_applied",
+            "1 while spec.scaling.fallback sets the replicas because the queue cannot be read",
+            metrics.fallback_applied.clone(),
+        );
         metrics
     }
 
@@ -165,6 +177,13 @@ impl Metrics {
         }
     }
 
+    /// Where the scaler stands with its queue reads: failures in a row, and whether the fallback
+    /// applies.
+    pub fn sight(&self, labels: &SourceLabels, failures_in_a_row: u32, fallback_applied: bool) {
+        self.read_failures_in_a_row.get_or_create(labels).set(i64::from(failures_in_a_row));
+        self.fallback_applied.get_or_create(labels).set(i64::from(fallback_applied));
+    }
+
     pub fn poll_failed(&self, labels: &SourceLabels) {
         self.poll_errors.get_or_create(labels).inc();
     }
@@ -180,6 +199,8 @@ impl Metrics {
             &self.recommended,
             &self.desired,
             &self.suspended,
+            &self.read_failures_in_a_row,
+            &self.fallback_applied,
         ] {
             family.remove(labels);
         }

@@ -9,8 +9,10 @@
 
 pub mod apply;
 pub mod attributes;
+mod blind;
 pub mod decision;
 pub mod drain;
+pub mod fallback;
 pub mod flow;
 pub mod history;
 mod latency;
@@ -61,6 +63,8 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("", "configmaps", "patch"),
     ApiCall::new("", "configmaps", "create"),
     ApiCall::new("sluice.dev", "sqssources/status", "patch"),
+    // Read the source afresh before writing the Fallback condition into its conditions.
+    ApiCall::new("sluice.dev", "sqssources", "get"),
     ApiCall::new("events.k8s.io", "events", "create"),
     ApiCall::new("events.k8s.io", "events", "patch"),
 ];

@@ -98,6 +98,9 @@ pub enum Reason {
     CoolingDown { idle_seconds: i64, cooldown_seconds: i64 },
     /// At zero and the backlog is not above the activation threshold.
     Idle { backlog: i64, threshold: i64 },
+    /// At zero, the backlog is above the activation threshold in `readings` of the
+    /// `activationReadings` in a row needed to wake: zero until the next reading confirms it.
+    Confirming { backlog: i64, threshold: i64, readings: u32, needed: u32 },
 }
 
 impl Reason {
@@ -108,9 +111,11 @@ impl Reason {
             Self::ScaledUp { .. } => Some("ScaledUp"),
             Self::ScaledDown { .. } => Some("ScaledDown"),
             Self::ScaledToZero { .. } => Some("ScaledToZero"),
-            Self::Steady { .. } | Self::Stabilizing { .. } | Self::CoolingDown { .. } | Self::Idle { .. } => {
-                None
-            }
+            Self::Steady { .. }
+            | Self::Stabilizing { .. }
+            | Self::CoolingDown { .. }
+            | Self::Idle { .. }
+            | Self::Confirming { .. } => None,
         }
     }
 }
@@ -148,6 +153,10 @@ impl fmt::Display for Reason {
             Self::Idle { backlog, threshold } => {
                 write!(f, "backlog {backlog} is not above activationThreshold {threshold}")
             }
+            Self::Confirming { backlog, threshold, readings, needed } => write!(
+                f,
+                "backlog {backlog} above activationThreshold {threshold} in {readings} of the {needed} readings in a row activationReadings asks before waking"
+            ),
         }
     }
 }
@@ -180,6 +189,7 @@ mod tests {
             Reason::Stabilizing { recommended: 1, highest_in_window: 3 },
             Reason::CoolingDown { idle_seconds: 5, cooldown_seconds: 60 },
             Reason::Idle { backlog: 0, threshold: 0 },
+            Reason::Confirming { backlog: 3, threshold: 0, readings: 1, needed: 2 },
         ];
         for reason in holds {
             assert_eq!(reason.event_reason(), None, "{reason}");

@@ -55,7 +55,7 @@ pub async fn hold(
         state.last_scale = Some((now.to_string(), SUSPENDED.to_owned()));
     }
     let figures = state.status_written.as_ref().map(|s| s.figures.clone()).unwrap_or_default();
-    let scale = ScaleStatus { desired: 0, figures, drain_total: 0.0, last_scale: None };
+    let scale = ScaleStatus { desired: 0, figures, drain_total: 0.0, last_scale: None, fallback: None };
     write_status(ctx, source, state, scale, now).await?;
     if entering {
         let note = format!(

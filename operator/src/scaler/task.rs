@@ -24,8 +24,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::apply::{self, ScaleStatus};
 use super::attributes::{AttributesError, QueueAttributes, source_figures};
+use super::blind;
 use super::decision::{Decision, Observation, decide};
 use super::drain::{DrainRate, drain_rate, lease_selector};
+use super::fallback::Blindness;
 use super::history::History;
 use super::metrics::{Metrics, SourceLabels};
 use super::suspend;
@@ -59,6 +61,11 @@ pub struct SourceState {
     replicas_published: Option<i32>,
     /// Whether the source was suspended at the last interval; `None` before the first.
     pub(super) suspended: Option<bool>,
+    /// Queue reads failed in a row up to the last interval; `None` after a good one.
+    pub(super) blindness: Option<Blindness>,
+    /// Whether the fallback applied at the last interval; `None` before the first (then the
+    /// status says).
+    pub(super) fallback_applied: Option<bool>,
 }
 
 /// The result of one interval.
@@ -92,15 +99,27 @@ pub async fn tick(
 
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
     if spec.suspend {
+        state.blindness = None;
         return suspend::hold(ctx, source, state, &deployments, now).await;
     }
     suspend::resume(ctx, source, state).await;
     let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
-    let figures = crate::aws_requests::for_source(&namespace, &name, figures).await?;
+    let figures = match crate::aws_requests::for_source(&namespace, &name, figures).await {
+        Ok(figures) => figures,
+        Err(error) => {
+            // The read's failure is this interval's error; the fallback's own writes, if they
+            // fail, are retried at the next interval and said here.
+            if let Err(fallback) = blind::interval(ctx, source, state, &deployments, &error, now).await {
+                tracing::warn!(error = %fallback, "cannot apply spec.scaling.fallback this interval (retried at the next)");
+            }
+            return Err(error.into());
+        }
+    };
     let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
         return Ok(Tick::NoDeployment);
     };
     let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    blind::seeing(ctx, source, state).await;
     let drain = read_drain(ctx, &namespace, &name, now).await?;
 
     let history = state.history.take().unwrap_or_else(|| History::starting_at(now, current));
@@ -119,10 +138,17 @@ pub async fn tick(
     ctx.metrics.observe(&labels_of(source), &figures, drain.per_replica, current, &decision);
     ctx.metrics.age(&labels_of(source), seen.age_seconds);
 
-    apply_replicas(ctx, source, state, &deployments, current, &decision, now).await?;
-    let scale =
-        ScaleStatus { desired: decision.desired, figures, drain_total: drain.total, last_scale: None };
+    let change = Change { current, desired: decision.desired, reason: &decision.reason };
+    apply_replicas(ctx, source, state, &deployments, change, now).await?;
+    let scale = ScaleStatus {
+        desired: decision.desired,
+        figures,
+        drain_total: drain.total,
+        last_scale: None,
+        fallback: None,
+    };
     write_status(ctx, source, state, scale, now).await?;
+    blind::write_condition(ctx, source, &blind::seeing_verdict(&spec.scaling)).await?;
     if decision.changes(current) {
         announce(ctx, source, current, &decision).await;
     }
@@ -149,39 +175,47 @@ async fn read_drain(
     Ok(drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now.as_millisecond()))
 }
 
-/// Writes the decided replica count, with the readers' `replicas` figure (when the source has a rate
-/// limit) published before a scale-up and after a scale-down (see the module doc); with no change,
-/// publishes the figure if it was not yet.
-async fn apply_replicas(
+/// A replica count to write: from `current` to `desired`, and why (for the log and
+/// `status.lastScaleReason`).
+pub(super) struct Change<'a> {
+    pub current: i32,
+    pub desired: i32,
+    pub reason: &'a (dyn std::fmt::Display + Sync),
+}
+
+/// Writes the `desired` replica count, with the readers' `replicas` figure (when the source has a
+/// rate limit) published before a scale-up and after a scale-down (see the module doc); with no
+/// change, publishes the figure if it was not yet.
+pub(super) async fn apply_replicas(
     ctx: &Context,
     source: &SqsSource,
     state: &mut SourceState,
     deployments: &Api<Deployment>,
-    current: i32,
-    decision: &Decision,
+    change: Change<'_>,
     now: Timestamp,
 ) -> Result<(), TickError> {
+    let Change { current, desired, reason } = change;
     let publish = source.spec.rate_limit.is_some();
-    if !decision.changes(current) {
+    if desired == current {
         if publish && state.replicas_published != Some(current) {
             publish_replicas(ctx, source, state, current).await?;
         }
         return Ok(());
     }
-    let up = decision.desired > current;
+    let up = desired > current;
     if up && publish {
-        publish_replicas(ctx, source, state, decision.desired).await?;
+        publish_replicas(ctx, source, state, desired).await?;
     }
     let name = source.name_any();
     let params = PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
-    let body = apply::deployment_replicas(decision.desired);
+    let body = apply::deployment_replicas(desired);
     deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
     if !up && publish {
-        publish_replicas(ctx, source, state, decision.desired).await?;
+        publish_replicas(ctx, source, state, desired).await?;
     }
     let namespace = source.namespace().unwrap_or_default();
-    tracing::info!(%namespace, source = %name, from = current, to = decision.desired, reason = %decision.reason, "scaled readers");
-    state.last_scale = Some((now.to_string(), decision.reason.to_string()));
+    tracing::info!(%namespace, source = %name, from = current, to = desired, %reason, "scaled readers");
+    state.last_scale = Some((now.to_string(), reason.to_string()));
     Ok(())
 }
 

@@ -12,12 +12,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use sluice_crds::SqsSource;
 use sluice_protocol::now_ms;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +25,7 @@ use super::held;
 use super::verdict::{SinksVerdict, fresh_reports, verdict};
 use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
+use crate::condition_patch::{condition_patch, since};
 use crate::error::kube_line;
 use crate::scaler::drain::lease_selector;
 use crate::scope::Scope;
@@ -127,10 +127,7 @@ async fn step(
     {
         return Ok(Some(now.status.to_owned()));
     }
-    let since = match previous {
-        Some(c) if c.status == now.status => c.last_transition_time.clone(),
-        _ => Time(Timestamp::now()),
-    };
+    let since = since(previous, now.status, Timestamp::now());
     let condition = Condition {
         type_: SINKS_HEALTHY.to_owned(),
         status: now.status.to_owned(),
@@ -151,26 +148,6 @@ async fn step(
         }
     }
     Ok(Some(now.status.to_owned()))
-}
-
-/// A JSON patch that replaces the `SinksHealthy` entry of `conditions` (guarded by a test of its
-/// type at that index) or appends one.
-///
-/// Why a JSON patch and not an apply: the condition belongs in the one `conditions` list the
-/// reconciler applies, and a patch of one entry leaves every other entry alone whatever the API
-/// server's list handling (an apply replaces what its manager owned; a server that treats the
-/// list as one field would let each writer erase the other's conditions).
-pub fn condition_patch(conditions: &[Condition], condition: &Condition) -> serde_json::Value {
-    match conditions.iter().position(|c| c.type_ == SINKS_HEALTHY) {
-        Some(i) => json!([
-            { "op": "test", "path": format!("/status/conditions/{i}/type"), "value": SINKS_HEALTHY },
-            { "op": "replace", "path": format!("/status/conditions/{i}"), "value": condition },
-        ]),
-        None if conditions.is_empty() => {
-            json!([{ "op": "add", "path": "/status/conditions", "value": [condition] }])
-        }
-        None => json!([{ "op": "add", "path": "/status/conditions/-", "value": condition }]),
-    }
 }
 
 /// The event for a change of status: a Warning into False, a Normal back to True from False;
@@ -197,30 +174,6 @@ mod tests {
 
     fn v(status: &'static str) -> SinksVerdict {
         SinksVerdict { status, reason: "R", message: "m".into() }
-    }
-
-    fn condition(type_: &str) -> Condition {
-        Condition {
-            type_: type_.into(),
-            status: "True".into(),
-            reason: "R".into(),
-            message: "m".into(),
-            last_transition_time: Time(Timestamp::UNIX_EPOCH),
-            observed_generation: None,
-        }
-    }
-
-    #[test]
-    fn the_patch_replaces_only_its_own_entry_or_appends_it() {
-        let ours = condition(SINKS_HEALTHY);
-        let patch = condition_patch(&[condition("Ready"), condition(SINKS_HEALTHY)], &ours);
-        assert_eq!(
-            patch[0],
-            json!({"op": "test", "path": "/status/conditions/1/type", "value": "SinksHealthy"})
-        );
-        assert_eq!(patch[1]["path"], "/status/conditions/1");
-        assert_eq!(condition_patch(&[condition("Ready")], &ours)[0]["path"], "/status/conditions/-");
-        assert_eq!(condition_patch(&[], &ours)[0]["path"], "/status/conditions");
     }
 
     #[test]

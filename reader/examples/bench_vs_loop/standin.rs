@@ -287,7 +287,7 @@ fn attributes(queue: &Queue, request: &Value) -> Result<Value, Fault> {
         "DelaySeconds": "0",
         "ReceiveMessageWaitTimeSeconds": "0",
         "MessageRetentionPeriod": "345600",
-        "MaximumMessageSize": "262144",
+        "MaximumMessageSize": "1048576",
     });
     // Only what was asked for, as SQS answers (a caller may sum what comes back).
     let asked: Vec<&str> =

@@ -28,12 +28,15 @@ pub struct RequestLabel {
     pub queue: String,
 }
 
-/// One reader's requests: by label (registered as `sluice_reader_aws_requests_total`) and summed
-/// (what [`PerMessage`] reads).
+/// One reader's requests: by label (registered as `sluice_reader_aws_requests_total`) and summed;
+/// and what AWS bills them as (`sluice_reader_aws_billed_requests_total`: SQS bills each 64 KiB
+/// chunk of a payload as one request, `sluice_aws::requests`), summed for [`PerMessage`].
 #[derive(Debug, Default)]
 pub struct Requests {
     by_label: Family<RequestLabel, Counter>,
     total: AtomicU64,
+    billed_by_label: Family<RequestLabel, Counter>,
+    billed_total: AtomicU64,
 }
 
 impl Requests {
@@ -45,6 +48,16 @@ impl Requests {
     /// Every request sent so far, all services together.
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
+    }
+
+    /// The billed family the reader's registry registers.
+    pub fn billed_family(&self) -> Family<RequestLabel, Counter> {
+        self.billed_by_label.clone()
+    }
+
+    /// What the answered requests so far are billed as, all services together.
+    pub fn billed_total(&self) -> u64 {
+        self.billed_total.load(Ordering::Relaxed)
     }
 
     /// The count of one label so far.
@@ -63,20 +76,29 @@ impl Requests {
     }
 }
 
-impl sluice_aws::requests::Counter for Requests {
-    fn count(&self, request: &Request<'_>) {
-        self.total.fetch_add(1, Ordering::Relaxed);
-        let label = RequestLabel {
-            service: request.service.to_ascii_lowercase(),
-            api: request.api.to_owned(),
-            queue: request.queue.to_owned(),
-        };
-        self.by_label.get_or_create(&label).inc();
+fn label_of(request: &Request<'_>) -> RequestLabel {
+    RequestLabel {
+        service: request.service.to_ascii_lowercase(),
+        api: request.api.to_owned(),
+        queue: request.queue.to_owned(),
     }
 }
 
-/// Requests per delivered message over a sliding window: what a quiet queue costs its users per
-/// message (0.2 is the floor with full batches: one receive and one delete per ten messages).
+impl sluice_aws::requests::Counter for Requests {
+    fn count(&self, request: &Request<'_>) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.by_label.get_or_create(&label_of(request)).inc();
+    }
+
+    fn billed(&self, request: &Request<'_>, requests: u64) {
+        self.billed_total.fetch_add(requests, Ordering::Relaxed);
+        self.billed_by_label.get_or_create(&label_of(request)).inc_by(requests);
+    }
+}
+
+/// Billed requests per delivered message over a sliding window: what a queue costs its users per
+/// message (0.2 is the floor with full batches of messages under 64 KiB: one receive and one
+/// delete per ten messages; a 1 MiB message adds 16 to its receive alone).
 /// The report and the status read it; it holds only samples of the two running totals.
 #[derive(Debug)]
 pub struct PerMessage {

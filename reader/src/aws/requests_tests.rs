@@ -65,3 +65,36 @@ async fn every_attempt_of_a_retried_call_is_counted() {
         "the standard retry mode's 3 attempts"
     );
 }
+
+#[tokio::test]
+async fn large_payloads_are_billed_by_the_64_kib_chunk() {
+    let endpoint =
+        std::env::var("SLUICE_LOCALSTACK_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
+    let requests = Arc::new(Requests::default());
+    let mut clients = SqsClients::new(base(&endpoint).await, requests.clone());
+    let sqs = clients.client(None, None);
+    let name = format!("billed-{}", fastrand::u32(..));
+    let url = sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue").queue_url.unwrap();
+    // 200 KiB: four started chunks of 64 KiB, sent and received; SQS's largest, 1 MiB: sixteen
+    // (and the JSON envelope's few hundred bytes start a seventeenth).
+    for size in [200 * 1024, 1_048_576 - 1024] {
+        sqs.send_message().queue_url(&url).message_body("x".repeat(size)).send().await.expect("SendMessage");
+    }
+    let billed = |api: &str| {
+        requests
+            .billed_family()
+            .get_or_create(&RequestLabel { service: "sqs".into(), api: api.into(), queue: name.clone() })
+            .get()
+    };
+    assert_eq!(billed("SendMessage"), 4 + 16, "200 KiB and 1023 KiB sent");
+    let received = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap();
+    let got: usize = received.messages().iter().map(|m| m.body().unwrap_or_default().len()).sum();
+    let expected = u64::try_from(got).unwrap().div_ceil(65_536);
+    let receive = billed("ReceiveMessage");
+    assert!(
+        receive == expected || receive == expected + 1,
+        "a receive of {got} body bytes billed as {receive}, not {expected} (+1 for the envelope)"
+    );
+    sqs.delete_queue().queue_url(&url).send().await.expect("DeleteQueue");
+    assert!(requests.billed_total() > requests.total(), "large payloads cost more than their request count");
+}

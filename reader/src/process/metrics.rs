@@ -233,6 +233,11 @@ impl Metrics {
             self.requests.family(),
         );
         registry.register(
+            "aws_billed_requests",
+            "What AWS bills the answered requests as: SQS bills each 64 KiB chunk of a payload as one request",
+            self.requests.billed_family(),
+        );
+        registry.register(
             "dead_lettered_messages",
             "Messages taken by the dead-letter sink, per source queue",
             self.dead_lettered.clone(),

@@ -69,7 +69,7 @@ impl Heartbeat {
             self.report(&deletes, now);
             self.metrics.report.cost(cost.observe(
                 now,
-                self.metrics.requests.total(),
+                self.metrics.requests.billed_total(),
                 self.metrics.deleted.get(),
             ));
         }

@@ -5,7 +5,11 @@
 //! Deployment's `spec.replicas` every 50 ms. The reaction is the time from the burst's arrival (the
 //! first SendMessageBatch acknowledged, so its messages are visible in the queue) to the first sample
 //! with more replicas than before, against the target of one poll interval plus 2 s
-//! (`sluice_tests::reaction`).
+//! (`sluice_tests::reaction`); with `activationReadings` n, n poll intervals plus 2 s.
+//!
+//! `--activation-readings 1,2` alternates the source's `scaling.activationReadings` run by run on
+//! the same system and prints the reactions side by side: what confirming a wake-up from zero by a
+//! second reading costs.
 //!
 //! Run: `cargo build --workspace --bins && target/debug/sluice-bench-scale --runs 5`.
 
@@ -40,13 +44,17 @@ struct Args {
     /// The source's scaling.maxReplicas.
     #[arg(long, default_value_t = 4)]
     max_replicas: i32,
+    /// The source's scaling.activationReadings; several (`1,2`) alternate run by run.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    activation_readings: Vec<u32>,
     /// Where the system keeps logs and state (default: a fresh temporary directory, kept).
     #[arg(long)]
     state_dir: Option<PathBuf>,
 }
 
-fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> String {
+fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args, readings: u32) -> String {
     SourceYaml::new(SOURCE, &queue.url, endpoint)
+        .activation_readings(readings)
         .visibility_timeout(10)
         .sink("webhook", Sink::http(sink).timeout_ms(2000))
         .replicas(0, args.max_replicas)
@@ -58,7 +66,12 @@ fn source_yaml(queue: &TestQueue, endpoint: &str, sink: &str, args: &Args) -> St
 }
 
 /// One burst: returns its reaction and how long sending took.
-async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Reaction, Duration)> {
+async fn run_once(
+    system: &System,
+    queue: &TestQueue,
+    args: &Args,
+    readings: u32,
+) -> Result<(Reaction, Duration)> {
     let start = Instant::now();
     let samples: Arc<Mutex<Vec<ReplicaSample>>> = Arc::default();
     let first_ack: Arc<Mutex<Option<Duration>>> = Arc::default();
@@ -92,8 +105,9 @@ async fn run_once(system: &System, queue: &TestQueue, args: &Args) -> Result<(Re
     let sent = sent?;
     let burst_at = first_ack.lock().expect("first ack").context("no batch was acknowledged")?;
     let samples = samples.lock().expect("samples").clone();
-    let poll = Duration::from_secs(args.poll_interval);
-    Ok((Reaction::measure(burst_at, &samples, poll), sent - burst_at))
+    // Each reading a wake-up waits for is one poll interval.
+    let allowed = Duration::from_secs(args.poll_interval) * readings;
+    Ok((Reaction::measure(burst_at, &samples, allowed), sent - burst_at))
 }
 
 fn median(mut values: Vec<Duration>) -> Option<Duration> {
@@ -120,70 +134,116 @@ async fn main() -> Result<()> {
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let mut system = System::start(&bin_dir(), &state_dir).await?;
     system.start_operator()?;
-    system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), &args)).await?;
-    let poll = Duration::from_secs(args.poll_interval);
-    let target = poll + SLACK;
     println!(
-        "sluice-bench-scale: {} runs, bursts of {} messages ({} senders), pollIntervalSeconds {}, \
-         maxReplicas {}, target {:.0}s; state under {}",
+        "sluice-bench-scale: {} runs per activationReadings {:?}, bursts of {} messages ({} senders), \
+         pollIntervalSeconds {}, maxReplicas {}; state under {}",
         args.runs,
+        args.activation_readings,
         args.messages,
         args.senders,
         args.poll_interval,
         args.max_replicas,
-        target.as_secs_f64(),
         state_dir.display()
     );
 
-    let mut reactions = Vec::new();
-    let mut peaks = Vec::new();
-    let mut missed = 0;
+    let mut results: Vec<Results> =
+        args.activation_readings.iter().map(|&readings| Results::new(readings)).collect();
     let mut sent_total = 0u64;
     for run in 1..=args.runs {
-        system.wait_idle_at_zero(SOURCE, Duration::from_secs(180)).await?;
-        let (r, sending) = run_once(&system, &queue, &args).await?;
-        sent_total += args.messages.div_ceil(args.senders).max(10) as u64 * args.senders as u64;
+        for results in &mut results {
+            let readings = results.readings;
+            system.apply_source(&source_yaml(&queue, &endpoint, &sink.url(), &args, readings)).await?;
+            system.wait_idle_at_zero(SOURCE, Duration::from_secs(180)).await?;
+            let (r, sending) = run_once(&system, &queue, &args, readings).await?;
+            sent_total += args.messages.div_ceil(args.senders).max(10) as u64 * args.senders as u64;
+            results.record(run, &r, sending);
+            // Let the readers drain this burst before the next run measures from zero.
+            sink.wait_for_distinct(sent_total, Duration::from_secs(300)).await?;
+        }
+    }
+    let poll = Duration::from_secs(args.poll_interval);
+    for results in &results {
+        results.summary(args.runs, poll);
+    }
+    if results.len() > 1 {
+        let medians: Vec<String> = results
+            .iter()
+            .map(|r| {
+                let m = median(r.reactions.clone());
+                format!(
+                    "activationReadings {}: {}",
+                    r.readings,
+                    m.map_or_else(|| "none".into(), |m| format!("{:.2}s", m.as_secs_f64()))
+                )
+            })
+            .collect();
+        println!("side by side, median burst to raised replicas: {}", medians.join(" | "));
+    }
+    drop(system);
+    sink.stop().await?;
+    queue.delete().await?;
+    Ok(())
+}
+
+/// The reactions measured with one `activationReadings`.
+struct Results {
+    readings: u32,
+    reactions: Vec<Duration>,
+    peaks: Vec<Duration>,
+    missed: usize,
+}
+
+impl Results {
+    fn new(readings: u32) -> Self {
+        Self { readings, reactions: Vec::new(), peaks: Vec::new(), missed: 0 }
+    }
+
+    fn record(&mut self, run: usize, r: &Reaction, sending: Duration) {
+        let readings = self.readings;
         match r.reaction {
             Some(reaction) => {
                 let met = r.within_target();
-                missed += usize::from(!met);
+                self.missed += usize::from(!met);
                 println!(
-                    "run {run}: burst to raised replicas {:.2}s ({}), to peak of {} {:.2}s; sending took {:.1}s",
+                    "run {run} (activationReadings {readings}): burst to raised replicas {:.2}s ({}), to peak of {} {:.2}s; sending took {:.1}s",
                     reaction.as_secs_f64(),
                     if met { "met" } else { "MISSED" },
                     r.peak_replicas,
                     r.to_peak.unwrap_or(reaction).as_secs_f64(),
                     sending.as_secs_f64()
                 );
-                reactions.push(reaction);
+                self.reactions.push(reaction);
                 if let Some(p) = r.to_peak {
-                    peaks.push(p);
+                    self.peaks.push(p);
                 }
             }
             None => {
-                missed += 1;
-                println!("run {run}: replicas never rose within 60 s (MISSED)");
+                self.missed += 1;
+                println!(
+                    "run {run} (activationReadings {readings}): replicas never rose within 60 s (MISSED)"
+                );
             }
         }
-        // Let the readers drain this burst before the next run measures from zero.
-        sink.wait_for_distinct(sent_total, Duration::from_secs(300)).await?;
     }
-    let med = median(reactions.clone());
-    println!(
-        "median burst to raised replicas: {} over {} runs (min {}, max {}); target {:.0}s ({}); \
-         median to peak {}; {missed} run(s) missed",
-        med.map_or_else(|| "none".into(), |m| format!("{:.2}s", m.as_secs_f64())),
-        args.runs,
-        reactions.iter().min().map_or_else(|| "-".into(), |m| format!("{:.2}s", m.as_secs_f64())),
-        reactions.iter().max().map_or_else(|| "-".into(), |m| format!("{:.2}s", m.as_secs_f64())),
-        target.as_secs_f64(),
-        if med.is_some_and(|m| m <= target) { "met" } else { "MISSED" },
-        median(peaks).map_or_else(|| "none".into(), |m| format!("{:.2}s", m.as_secs_f64())),
-    );
-    drop(system);
-    sink.stop().await?;
-    queue.delete().await?;
-    Ok(())
+
+    fn summary(&self, runs: usize, poll: Duration) {
+        let target = poll * self.readings + SLACK;
+        let med = median(self.reactions.clone());
+        let secs =
+            |d: Option<&Duration>| d.map_or_else(|| "-".into(), |m| format!("{:.2}s", m.as_secs_f64()));
+        println!(
+            "activationReadings {}: median burst to raised replicas {} over {runs} runs (min {}, max {}); \
+             target {:.0}s ({}); median to peak {}; {} run(s) missed",
+            self.readings,
+            secs(med.as_ref()),
+            secs(self.reactions.iter().min()),
+            secs(self.reactions.iter().max()),
+            target.as_secs_f64(),
+            if med.is_some_and(|m| m <= target) { "met" } else { "MISSED" },
+            secs(median(self.peaks.clone()).as_ref()),
+            self.missed,
+        );
+    }
 }
 
 #[cfg(test)]
