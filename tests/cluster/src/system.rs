@@ -159,6 +159,14 @@ impl System {
         Ok(())
     }
 
+    /// How the operator process ended, if it has (reaping it): a pod's kubelet would restart it.
+    pub fn operator_exit(&mut self) -> Option<String> {
+        let child = self.operator.as_mut()?;
+        let status = child.try_wait().ok()??;
+        self.operator = None;
+        Some(status.to_string())
+    }
+
     /// The operator's kubeconfig (its ServiceAccount token), for suites that start more operators.
     pub fn operator_kubeconfig(&self) -> &Path {
         &self.operator_kubeconfig
