@@ -62,7 +62,13 @@ async fn main() -> std::process::ExitCode {
     // poll is one, and the harness reports what matters itself.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off"));
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_env_filter(filter).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .with_env_filter(filter)
+        .init();
     match run(Cli::parse().command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
