@@ -27,7 +27,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{CredentialSource, Credentials, SecretCredentialsRef};
-pub use self::delivery::{DeliverySpec, Guarantee, RetrySpec, RetryStrategy};
+pub use self::delivery::{DeliverySpec, Fairness, Guarantee, RetrySpec, RetryStrategy};
 pub use self::filter::{FilterErrorFate, FilterFate, FilterSpec};
 pub use self::held::HeldSpec;
 pub use self::payload::{ExtendedClientSpec, PayloadFormat, PayloadS3Spec, PayloadSpec};

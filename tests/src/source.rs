@@ -103,6 +103,17 @@ impl SourceYaml {
         self
     }
 
+    /// `receive.held.horizonMilliseconds`: how far ahead a reader takes work.
+    pub fn held_horizon_ms(mut self, ms: u32) -> Self {
+        self.doc["spec"]["receive"]["held"]["horizonMilliseconds"] = ms.into();
+        self
+    }
+
+    /// `delivery.fairness`: `byGroup` or `arrival`.
+    pub fn fairness(self, fairness: &str) -> Self {
+        self.set("delivery", "fairness", fairness)
+    }
+
     /// `rateLimit.messagesPerSecond` for the whole source.
     pub fn rate_limit(self, messages_per_second: u32) -> Self {
         self.set("rateLimit", "messagesPerSecond", messages_per_second)

@@ -57,6 +57,27 @@ pub struct DeliverySpec {
     #[serde(default = "default_unready_after_seconds")]
     #[schemars(range(min = 1, max = 3600))]
     pub unready_after_seconds: u32,
+    /// How a standard queue's messages that carry a `MessageGroupId` (a tenant, as SQS fair
+    /// queues mark one) share the reader's deliveries: `byGroup` takes the deliveries waiting
+    /// for a sink in turns by group, round-robin, so one group's backlog behind a slow sink or a
+    /// rate limit does not make the others wait behind all of it; `arrival` takes them in the
+    /// order received. FIFO queues keep their order within a group either way, and messages with
+    /// no group id take no turns. Default `byGroup`: a sender that sets group ids on a standard queue
+    /// has asked SQS for fair queues, and a reader that took the groups in arrival order would
+    /// undo that fairness on its own side; without group ids nothing changes. docs/fair-delivery.md.
+    #[serde(default)]
+    pub fairness: Fairness,
+}
+
+/// The order in which deliveries waiting for the sinks are taken (see `DeliverySpec::fairness`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Fairness {
+    // In turns by MessageGroupId, round-robin.
+    #[default]
+    ByGroup,
+    // In the order received.
+    Arrival,
 }
 
 fn default_unready_after_seconds() -> u32 {
@@ -71,6 +92,7 @@ impl Default for DeliverySpec {
             fail_on_error: false,
             retry: RetrySpec::default(),
             unready_after_seconds: default_unready_after_seconds(),
+            fairness: Fairness::default(),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::deliver::events::{
     DeadLetterFailed, DeadLettered, Delivered, DeliveryFailed, FailureKind, NoDeadLetterSink, ObjectRefused,
     RefusalUnsettled,
 };
+use crate::deliver::fair::GroupTurns;
 use crate::deliver::{fifo, message_span};
 use crate::process::events::Event;
 use crate::process::metrics::{Metrics, queue_name};
@@ -93,6 +94,9 @@ pub struct Dispatcher {
     metrics: Arc<Metrics>,
     /// `spec.filter.routeTo`: the sink that takes only the messages the filter turned away.
     diverted: Option<usize>,
+    /// Turns by message group for per-record deliveries of standard queues
+    /// (`spec.delivery.fairness: byGroup`); `None`: in the order received.
+    fair: Option<Arc<GroupTurns>>,
 }
 
 impl Dispatcher {
@@ -105,7 +109,13 @@ impl Dispatcher {
         if let Some(stats) = sinks.dead_letter.as_ref().and_then(|d| d.sink().stats()) {
             metrics.watch_sink(sinks.dead_letter.as_ref().map_or("", |d| d.sink().name()), stats);
         }
-        Self { sinks, fail_on_error, metrics, diverted: None }
+        Self { sinks, fail_on_error, metrics, diverted: None, fair: None }
+    }
+
+    /// Share `slots` deliveries at a time round-robin among message groups (see `fair`).
+    pub fn fair_by_group(self, slots: Option<usize>) -> Self {
+        let metrics = self.metrics.clone();
+        Self { fair: slots.map(|slots| GroupTurns::new(slots, Some(metrics))), ..self }
     }
 
     /// Keep sink `sink` for the messages `spec.filter` turns away with `onMismatch: route`
@@ -174,6 +184,12 @@ impl Dispatcher {
             .map(|i| {
                 let spans = spans.clone();
                 async move {
+                    // Only messages that name a group take turns: without group ids nothing
+                    // changes, and a routed source keeps each sink's own concurrency.
+                    let _turn = match (&self.fair, items[i].record.group_id.as_deref()) {
+                        (Some(fair), Some(group)) => Some(fair.turn(group).await),
+                        _ => None,
+                    };
                     let verdict = self.deliver(std::slice::from_ref(&items[i]), &spans).await.pop();
                     vec![(i, verdict.unwrap_or(Verdict::Release))]
                 }

@@ -2,5 +2,6 @@
 
 pub mod dispatch;
 pub mod events;
+pub mod fair;
 pub mod fifo;
 mod message_span;

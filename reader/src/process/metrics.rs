@@ -31,6 +31,16 @@ pub struct SinkLabel {
     pub sink: String,
 }
 
+/// A message group (`MessageGroupId`) among the few with the most deliveries waiting, or
+/// [`OTHER_GROUPS`] for the rest summed: tenants are unbounded, series must not be.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+}
+
+/// The label under which the groups beyond the top few are summed.
+pub const OTHER_GROUPS: &str = "(other)";
+
 /// The queue's name (the last segment of its URL): few per source, so the series stay few, and
 /// it is what a person recognises on a dashboard.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -121,6 +131,10 @@ pub struct Metrics {
     pub health: ReaderHealth,
     /// This reader's requests to AWS (`aws::requests`): every client it builds counts here.
     pub requests: Arc<Requests>,
+    /// Deliveries waiting for their turn at the sinks, by message group (`deliver::fair`).
+    pub fair_waiting: Family<GroupLabel, Gauge>,
+    /// The longest such wait under way, seconds, by group (the same few groups).
+    pub fair_oldest_wait: Family<GroupLabel, FloatGauge>,
     /// What the reader's report measures as it runs (`process::report`), one per reader too.
     pub report: Measured,
 }
@@ -175,6 +189,8 @@ impl Metrics {
             batches: BatchMetrics::default(),
             health: ReaderHealth::default(),
             requests: Arc::default(),
+            fair_waiting: Family::default(),
+            fair_oldest_wait: Family::default(),
             report: Measured::default(),
             otlp_export_failures: Counter::default(),
             registry: Registry::default(),
@@ -231,6 +247,16 @@ impl Metrics {
             "aws_requests",
             "Requests sent to AWS, by service, API and queue (retries included)",
             self.requests.family(),
+        );
+        registry.register(
+            "fair_waiting_deliveries",
+            "Deliveries waiting for their turn at the sinks by MessageGroupId (spec.delivery.fairness byGroup): the 5 groups with the most, the rest summed under (other)",
+            self.fair_waiting.clone(),
+        );
+        registry.register(
+            "fair_oldest_wait_seconds",
+            "The longest wait for a turn under way, by the groups of fair_waiting_deliveries",
+            self.fair_oldest_wait.clone(),
         );
         registry.register(
             "aws_billed_requests",

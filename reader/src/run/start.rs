@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_crds::Guarantee;
+use sluice_crds::{Fairness, Guarantee, SqsSourceSpec};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -138,6 +138,23 @@ pub async fn start(
     }))
 }
 
+/// Deliveries at once that `spec.delivery.fairness: byGroup` shares among message groups: as many
+/// as the tightest per-record http sink takes (its `concurrency`), so its own limit never queues
+/// and the turns decide the order; 32 (the http default) with no such sink.
+fn fair_slots(spec: &SqsSourceSpec) -> Option<usize> {
+    if spec.delivery.fairness != Fairness::ByGroup {
+        return None;
+    }
+    let tightest = spec
+        .sinks
+        .iter()
+        .filter_map(|s| s.http.as_ref())
+        .filter(|h| h.batch.is_none())
+        .map(|h| h.concurrency)
+        .min();
+    Some(usize::try_from(tightest.unwrap_or(32)).unwrap_or(32))
+}
+
 /// The settling pipeline: the ledger (whose delete policy the guarantee sets), the dispatcher to
 /// the sinks (mismatches diverted where the filter routes them) and the acker (which tells the
 /// object cleanup what it settled). Answers the ledger too, which the heartbeat reads.
@@ -154,7 +171,9 @@ fn pipeline(
 ) -> (Arc<Pipeline>, Arc<Mutex<Ledger>>) {
     let ledger = Arc::new(Mutex::new(Ledger::new(DeletePolicy::for_guarantee(settings.guarantee))));
     let diverted = filter.as_ref().and_then(|f| f.route_to());
-    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone()).divert_to(diverted);
+    let dispatcher = Dispatcher::new(sinks, settings.fail_on_error, metrics.clone())
+        .divert_to(diverted)
+        .fair_by_group(fair_slots(&settings.spec));
     let window = settings.receive.batch_window;
     let settled = objects.clone().map(|o| o as Arc<dyn Settled>);
     let acker = Acker::spawn_lingering(queues.to_vec(), ledger.clone(), metrics.clone(), settled, window);
