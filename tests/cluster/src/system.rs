@@ -18,11 +18,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use sluice_crds::SqsSource;
 
 use crate::cluster::{Cluster, Info};
+use crate::controlplane::stop_process;
 use crate::install;
 use crate::kubeconfig;
 use crate::kubelet::PodInfo;
@@ -154,7 +154,7 @@ impl System {
     /// Stops the operator with `signal` (SIGTERM: graceful; SIGKILL: a crash) and waits for it.
     pub fn stop_operator(&mut self, signal: Signal) -> Result<()> {
         if let Some(child) = self.operator.take() {
-            stop_child(child, signal, Duration::from_secs(15));
+            stop_process(child, signal, Duration::from_secs(15));
         }
         Ok(())
     }
@@ -314,11 +314,11 @@ impl System {
 impl Drop for System {
     fn drop(&mut self) {
         if let Some(child) = self.operator.take() {
-            stop_child(child, Signal::SIGTERM, Duration::from_secs(10));
+            stop_process(child, Signal::SIGTERM, Duration::from_secs(10));
         }
         if let Some(child) = self.private.take() {
             // SIGTERM lets the kubelet stop the readers within their grace, then the control plane.
-            stop_child(child, Signal::SIGTERM, Duration::from_secs(60));
+            stop_process(child, Signal::SIGTERM, Duration::from_secs(60));
             return;
         }
         // On the shared cluster: the namespace goes, and with it every reader (the kubelet sends
@@ -388,26 +388,11 @@ async fn start_private(bin_dir: &Path, dir: &Path) -> Result<(Info, Option<Child
             bail!("sluice-controlplane exited ({status}):\n{text}");
         }
         if started.elapsed() > Duration::from_secs(300) {
-            stop_child(child, Signal::SIGTERM, Duration::from_secs(10));
+            stop_process(child, Signal::SIGTERM, Duration::from_secs(10));
             bail!("the cluster did not come up in 300 s; see {}", dir.display());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Sends `signal` to a process we started and waits up to `grace`, then SIGKILLs it.
-fn stop_child(mut child: Child, signal: Signal, grace: Duration) {
-    let pid = Pid::from_raw(child.id() as i32);
-    let _ = kill(pid, signal);
-    let start = Instant::now();
-    while start.elapsed() < grace {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Five random characters of the pod-name alphabet.

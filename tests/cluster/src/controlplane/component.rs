@@ -78,19 +78,9 @@ impl Component {
 
     /// Stops it with `signal`, then SIGKILL after `grace`, and reaps it.
     pub fn stop(&mut self, signal: Signal, grace: Duration) {
-        let Some(mut child) = self.child.take() else { return };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = kill(Pid::from_raw(pid), signal);
+        if let Some(child) = self.child.take() {
+            stop_process(child, signal, grace);
         }
-        let start = Instant::now();
-        while start.elapsed() < grace {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     /// The last `lines` lines of its log, for an error message.
@@ -105,4 +95,21 @@ impl Drop for Component {
     fn drop(&mut self) {
         self.stop(Signal::SIGTERM, Duration::from_secs(10));
     }
+}
+
+/// Sends `signal` to a process this harness started, waits up to `grace` for it to exit, then
+/// SIGKILLs it; reaped either way.
+pub fn stop_process(mut child: Child, signal: Signal, grace: Duration) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+    let start = Instant::now();
+    while start.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -23,7 +23,7 @@ use kube::Api;
 use nix::sys::signal::Signal;
 
 pub use binaries::locate as binaries;
-pub use component::Component;
+pub use component::{Component, stop_process};
 use flags::{Files, Ports, Tuning};
 
 use crate::kubeconfig::{self, Credentials};
