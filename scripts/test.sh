@@ -65,13 +65,14 @@ else
   localstack_job=$!
 fi
 cluster_pid=""
+checks_job=""
 cleanup() {
   if [[ -n "$cluster_pid" ]]; then
     # SIGTERM: the kubelet stops the pods within their grace, then the control plane stops.
     kill -TERM "$cluster_pid" 2>/dev/null || true
     wait "$cluster_pid" 2>/dev/null || true
   fi
-  for job in "$kube_job" "$nextest_job"; do
+  for job in "$kube_job" "$nextest_job" "$checks_job"; do
     if [[ -n "$job" ]]; then kill -TERM -- "-$job" 2>/dev/null || true; fi
   done
   if [[ -n "$localstack_job" ]]; then kill -TERM -- "-$localstack_job" 2>/dev/null || true; fi
@@ -93,15 +94,19 @@ bash scripts/check-alerts.sh
 step "image: the Dockerfile's build context loads the workspace (locked, offline)"
 bash scripts/check-image-context.sh
 
-step "manifests: every kustomize output, CRD and example against the Kubernetes, CRD and Prometheus Operator schemas"
-bash scripts/check-manifests.sh
-
-# helm is built once from the Go module proxy (a few CPU-minutes, cached outside the work tree).
-step "helm chart: lint, renders against the same schemas, values schema refusals, the same objects as kustomize"
-bash scripts/check-helm.sh
-
-step "Markdown: every relative link and #anchor resolves"
-python3 scripts/check-links.py
+# The manifest, chart and link checks run beside the build (their results are printed after it):
+# about a minute of mostly single-threaded Python and helm (a venv made in a fresh clone; helm built
+# once from the Go module proxy, a few CPU-minutes, cached outside the work tree) that would
+# otherwise hold up the compile.
+readonly CHECKS_LOG=.sluice/checks.out
+setsid bash -c 'set -e
+  printf "\n==> %s\n" "manifests: every kustomize output, CRD and example against the Kubernetes, CRD and Prometheus Operator schemas"
+  bash scripts/check-manifests.sh
+  printf "\n==> %s\n" "helm chart: lint, renders against the same schemas, values schema refusals, the same objects as kustomize"
+  bash scripts/check-helm.sh
+  printf "\n==> %s\n" "Markdown: every relative link and #anchor resolves"
+  python3 scripts/check-links.py' >"$CHECKS_LOG" 2>&1 &
+checks_job=$!
 
 step "no function over 80 lines in the reader and the operator"
 bash scripts/long-functions.sh
@@ -119,6 +124,16 @@ if [[ "${CI:-}" == true ]]; then export CARGO_INCREMENTAL=0; fi
 # every target here (bins, tests, examples) means the test runner below compiles nothing more.
 step "cargo build --workspace --all-targets, linted by clippy (-D warnings)"
 cargo build --workspace --all-targets
+
+step "manifests, helm chart, Markdown links (run beside the build)"
+if ! wait "$checks_job"; then
+  checks_job=""
+  cat "$CHECKS_LOG" >&2
+  echo "test.sh: a manifest, chart or link check failed (see above)" >&2
+  exit 1
+fi
+checks_job=""
+cat "$CHECKS_LOG"
 
 step "LocalStack"
 if [[ -n "$localstack_job" ]]; then
