@@ -87,6 +87,10 @@ async fn failover(
     Ok(killed)
 }
 
+/// The burst's reader maximum: 2,000 messages at 200 a reader ask for more, so the scaler raises
+/// in steps and a leader killed after the first step leaves the next to its successor.
+const MAX_READERS: i32 = 4;
+
 /// Every distinct value of something polled every 100 ms, with its time since `start`.
 type History<T> = Arc<Mutex<Vec<(f64, T)>>>;
 
@@ -132,7 +136,7 @@ async fn the_standby_takes_over_mid_scale_up_without_flapping_the_readers() -> R
         .at_least_once()
         .visibility_timeout(10)
         .sink("webhook", Sink::http(&sink.url()).timeout_ms(5_000).concurrency(2))
-        .replicas(1, 4)
+        .replicas(1, MAX_READERS)
         .target_per_replica(200)
         .scale_down_stabilization(600)
         .yaml();
@@ -192,7 +196,11 @@ async fn the_standby_takes_over_mid_scale_up_without_flapping_the_readers() -> R
     );
     let decreases: Vec<_> = changes.windows(2).filter(|w| w[1].1 < w[0].1).collect();
     assert!(decreases.is_empty(), "spec.replicas went down during the burst: {changes:?}");
-    assert!(acted.is_ok(), "the new leader never scaled: {changes:?}");
+    // The first raise usually stops short of the maximum; if it reached it, there is nothing left
+    // for the new leader to raise.
+    if before < MAX_READERS {
+        assert!(acted.is_ok(), "the new leader never scaled: {changes:?}");
+    }
     assert_eq!(stats.distinct, MESSAGES, "lost messages");
     drop(system);
     sink.stop().await?;
