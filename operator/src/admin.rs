@@ -3,7 +3,10 @@
 //! Why separate from the controller: probes and scrapes must answer while the controller is busy,
 //! standing by for the Lease, or draining. `/healthz` says the process serves HTTP; `/readyz`
 //! says it finished starting (client built, metrics registered), standby replicas included, since
-//! the operator takes no traffic and a standby must not be restarted for waiting.
+//! the operator takes no traffic and a standby must not be restarted for waiting. It also answers
+//! not ready while the API server throttles this replica (`throttle`): nothing routes to the
+//! operator, so this only shows the episode in `kubectl get pods`; `/healthz` stays ok, so the
+//! kubelet does not restart a replica that is merely waiting for its Retry-After.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -11,10 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::client::ClientBuilder;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
 
 use crate::admin::{self, AdminState};
 use crate::backoff::Failures;
@@ -31,6 +35,8 @@ use crate::replay;
 use crate::scaler::{self, SqsQueueAttributes};
 use crate::sink_health;
 use crate::telemetry;
+use crate::throttle::metrics::ThrottleMetrics;
+use crate::throttle::{ApiThrottle, ObservedRetry};
 
 /// Why the operator stopped. `Debug` prints the message, because `main` returning an error prints
 /// it with `Debug` and a user should read a sentence, not a struct.
@@ -38,6 +44,10 @@ use crate::telemetry;
 pub enum AppError {
     #[error("cannot set up logging or span export: {0}")]
     Logging(String),
+    #[error(
+        "cannot find the Kubernetes API's address and credentials (KUBECONFIG or the pod's ServiceAccount): {0}"
+    )]
+    Config(String),
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("cannot install signal handlers or bind the admin server: {0}")]
@@ -71,13 +81,14 @@ pub async fn run(cli: Cli) -> Result<(), AppError> {
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
 async fn operate(cli: Cli) -> Result<(), AppError> {
-    let client = Client::try_default().await?;
+    let mut registry = Registry::default();
+    let throttle = ApiThrottle::new(ThrottleMetrics::register(&mut registry));
+    let client = client(throttle.clone()).await?;
     let shutdown = CancellationToken::new();
     watch_signals(shutdown.clone())?;
 
     let elector = elector(&cli, &client)?;
 
-    let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let inspector = Identities::new(SqsInspector::new(aws));
@@ -98,6 +109,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
     admin_state.ready.store(true, Ordering::Relaxed);
+    tokio::spawn(follow_throttling(throttle, admin_state.clone(), shutdown.clone()));
 
     if let Some(elector) = &elector {
         tracing::info!(lease = %cli.lease_name, "waiting to lead");
@@ -173,6 +185,31 @@ fn overstayed() {
         grace_s = STOP_GRACE.as_secs(),
         "tasks still running after the stop; exiting without them"
     );
+}
+
+/// The Kubernetes client, from the kubeconfig or the pod's ServiceAccount, whose retries of 429s
+/// are observed by `throttle` (kube's own retry layer is replaced by the same policy, observed).
+/// The buffer below the retry is there because a retry sends a request again on a clone of the
+/// service, and kube's built stack is a single `BoxService`; kube buffers its client the same way.
+async fn client(throttle: ApiThrottle) -> Result<Client, AppError> {
+    let mut config = kube::Config::infer().await.map_err(|e| AppError::Config(e.to_string()))?;
+    config.default_retry = false;
+    let observed = ServiceBuilder::new()
+        .layer(RetryLayer::new(ObservedRetry::new(throttle)))
+        .layer(BufferLayer::new(1024));
+    Ok(ClientBuilder::try_from(config)?.with_layer(&observed).build())
+}
+
+/// Ends throttling episodes once they are quiet and reports not ready while one lasts: a
+/// throttled leader acts late, which `kubectl get pods` then shows without reading logs.
+async fn follow_throttling(throttle: ApiThrottle, admin: Arc<AdminState>, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => admin.ready.store(!throttle.tick(), Ordering::Relaxed),
+        }
+    }
 }
 
 /// The leader election the flags ask for (`None`: this replica leads at once).

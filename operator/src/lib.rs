@@ -32,6 +32,7 @@ pub mod scope;
 pub mod source_ticks;
 pub mod status;
 pub mod telemetry;
+pub mod throttle;
 pub mod validate;
 pub mod validate_caveats;
 

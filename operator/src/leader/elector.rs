@@ -22,17 +22,29 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("coordination.k8s.io", "leases", "update"),
 ];
 
+/// Client-go's defaults (15 s lease, 10 s renew deadline, 2 s retry), for the same reasons: a
+/// standby that checks every 2 s takes over at most 2 s after the lease ran out, so a crashed
+/// leader is replaced within 17 s of its last renewal (at most 15 s after a crash that came
+/// right after it, the usual case, since renewals are 2 s apart); a leader that cannot renew for
+/// 10 s steps down 5 s before a standby may take over, so the two never act at once, even when a
+/// renewal hangs (a throttled or unreachable API server).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseTimings {
     /// How long a lease lives without renewal.
     pub duration: Duration,
+    /// How long the holder keeps leading without a successful renewal.
+    pub renew_deadline: Duration,
     /// How often the holder renews, and a standby retries.
     pub retry: Duration,
 }
 
 impl Default for LeaseTimings {
     fn default() -> Self {
-        Self { duration: Duration::from_secs(15), retry: Duration::from_secs(5) }
+        Self {
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
     }
 }
 
@@ -100,23 +112,31 @@ impl Elector {
     }
 
     /// Renews while leading; returns when leadership is lost (another holder, or no successful
-    /// renewal for a whole lease duration).
+    /// renewal within the renew deadline: a renewal still waiting then, say on a throttled API
+    /// server, counts as failed).
     pub async fn hold(&self) {
         let mut last_renewal = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.timings.retry).await;
-            match self.try_once().await {
-                Ok(true) => last_renewal = tokio::time::Instant::now(),
-                Ok(false) => {
+            let left = self.timings.renew_deadline.saturating_sub(last_renewal.elapsed());
+            match tokio::time::timeout(left, self.try_once()).await {
+                Ok(Ok(true)) => last_renewal = tokio::time::Instant::now(),
+                Ok(Ok(false)) => {
                     tracing::warn!(lease = %self.name, "another replica holds the lease");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "could not renew the lease");
-                    if last_renewal.elapsed() >= self.timings.duration {
-                        return;
-                    }
+                Ok(Err(e)) => tracing::warn!(lease = %self.name, error = %e, "could not renew the lease"),
+                Err(_) => {
+                    tracing::warn!(lease = %self.name, "a lease renewal is still waiting for the API server")
                 }
+            }
+            if last_renewal.elapsed() >= self.timings.renew_deadline {
+                tracing::warn!(
+                    lease = %self.name,
+                    renew_deadline_s = self.timings.renew_deadline.as_secs(),
+                    "no lease renewal within the renew deadline"
+                );
+                return;
             }
         }
     }

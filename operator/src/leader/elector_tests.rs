@@ -129,3 +129,27 @@ async fn the_holder_renews_and_releases() {
     elector.release().await;
     assert!(server.await.is_ok());
 }
+
+#[tokio::test]
+async fn a_renewal_that_hangs_ends_leadership_at_the_renew_deadline() {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let api = Api::namespaced(Client::new(service, "ops"), "ops");
+    let timings = LeaseTimings {
+        duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_millis(300),
+        retry: Duration::from_millis(50),
+    };
+    let elector = Elector::new(api, "sluice-operator", "pod-a", timings);
+    // The API server takes the renewal's GET and never answers (a throttled or stuck request).
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some(pending) = handle.next_request().await {
+            held.push(pending);
+        }
+    });
+    let started = tokio::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(2), elector.hold()).await;
+    assert!(ended.is_ok(), "hold() must give up at the renew deadline, not wait for the API server");
+    assert!(started.elapsed() >= Duration::from_millis(300), "not before it: {:?}", started.elapsed());
+    server.abort();
+}

@@ -43,7 +43,8 @@ pub struct System {
     /// The private cluster's `sluice-controlplane up`, when the test command started none.
     private: Option<Child>,
     operator_kubeconfig: PathBuf,
-    operator: Option<Child>,
+    /// The operator replicas running now (usually one; a failover suite runs two).
+    operators: Vec<OperatorProcess>,
     operator_starts: u32,
     /// A client of the cluster as its administrator (what the suite does as the user).
     pub client: kube::Client,
@@ -118,7 +119,7 @@ impl System {
             info,
             private,
             operator_kubeconfig,
-            operator: None,
+            operators: Vec::new(),
             operator_starts: 0,
             client,
             namespace,
@@ -128,18 +129,24 @@ impl System {
     /// Starts (or restarts) the operator process: serving the suite's namespace, with its leader
     /// Lease there, authenticated by its ServiceAccount's token. Its log goes to `operator-N.log`.
     pub fn start_operator(&mut self) -> Result<()> {
-        if self.operator.is_some() {
+        if !self.operators.is_empty() {
             bail!("the operator is already running");
         }
+        self.start_operator_replica().map(drop)
+    }
+
+    /// Starts one more operator replica beside those running (a standby while another holds the
+    /// Lease), as a second pod of the operator's Deployment would be; answers its identity in the
+    /// Lease (`operator-N`, its log `operator-N.log`).
+    pub fn start_operator_replica(&mut self) -> Result<String> {
         self.operator_starts += 1;
-        let log =
-            std::fs::File::create(self.state_dir.join(format!("operator-{}.log", self.operator_starts)))?;
+        let identity = format!("operator-{}", self.operator_starts);
+        let log = std::fs::File::create(self.operator_log(&identity))?;
         let child = Command::new(self.bin_dir.join("sluice-operator"))
             .args(["--admin-addr", "127.0.0.1:0", "--reader-image", "sluice:local"])
             .args(["--leader-election", "on", "--lease-namespace", &self.namespace])
             .args(["--namespace", &self.namespace])
-            .arg("--identity")
-            .arg(format!("operator-{}", self.operator_starts))
+            .args(["--identity", &identity])
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env("RUST_LOG", "info")
             .envs(aws_test_env())
@@ -147,24 +154,53 @@ impl System {
             .stderr(log)
             .spawn()
             .context("starting sluice-operator")?;
-        self.operator = Some(child);
-        Ok(())
+        self.operators.push(OperatorProcess { identity: identity.clone(), child });
+        Ok(identity)
     }
 
-    /// Stops the operator with `signal` (SIGTERM: graceful; SIGKILL: a crash) and waits for it.
+    /// The log file of the operator replica `identity`.
+    pub fn operator_log(&self, identity: &str) -> PathBuf {
+        self.state_dir.join(format!("{identity}.log"))
+    }
+
+    /// Where the operator replica `identity` serves `/metrics` and `/readyz` (it binds port 0 and
+    /// logs the address), once it has said so.
+    pub fn operator_admin_addr(&self, identity: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.operator_log(identity)).ok()?;
+        let line = text.lines().rfind(|l| l.contains("admin server listening"))?;
+        let at = line.find("127.0.0.1:")?;
+        let tail = &line[at..];
+        let end = tail.find(|c: char| c.is_whitespace()).unwrap_or(tail.len());
+        Some(tail[..end].to_owned())
+    }
+
+    /// Identities of the operator replicas running (or exited and not yet reaped).
+    pub fn operator_identities(&self) -> Vec<String> {
+        self.operators.iter().map(|o| o.identity.clone()).collect()
+    }
+
+    /// Stops every operator replica with `signal` (SIGTERM: graceful; SIGKILL: a crash) and waits.
     pub fn stop_operator(&mut self, signal: Signal) -> Result<()> {
-        if let Some(child) = self.operator.take() {
-            stop_process(child, signal, Duration::from_secs(15));
+        for operator in self.operators.drain(..) {
+            stop_process(operator.child, signal, Duration::from_secs(15));
         }
         Ok(())
     }
 
-    /// How the operator process ended, if it has (reaping it): a pod's kubelet would restart it.
+    /// Stops the operator replica `identity` with `signal` and waits for it.
+    pub fn stop_operator_replica(&mut self, identity: &str, signal: Signal) -> Result<()> {
+        let Some(at) = self.operators.iter().position(|o| o.identity == identity) else {
+            bail!("no operator replica {identity} runs");
+        };
+        stop_process(self.operators.remove(at).child, signal, Duration::from_secs(15));
+        Ok(())
+    }
+
+    /// How an operator process ended, if one has (reaping it): a pod's kubelet would restart it.
     pub fn operator_exit(&mut self) -> Option<String> {
-        let child = self.operator.as_mut()?;
-        let status = child.try_wait().ok()??;
-        self.operator = None;
-        Some(status.to_string())
+        let at = self.operators.iter_mut().position(|o| matches!(o.child.try_wait(), Ok(Some(_))))?;
+        let mut ended = self.operators.remove(at);
+        ended.child.try_wait().ok().flatten().map(|status| status.to_string())
     }
 
     /// The operator's kubeconfig (its ServiceAccount token), for suites that start more operators.
@@ -313,8 +349,8 @@ impl System {
 
 impl Drop for System {
     fn drop(&mut self) {
-        if let Some(child) = self.operator.take() {
-            stop_process(child, Signal::SIGTERM, Duration::from_secs(10));
+        for operator in self.operators.drain(..) {
+            stop_process(operator.child, Signal::SIGTERM, Duration::from_secs(10));
         }
         if let Some(child) = self.private.take() {
             // SIGTERM lets the kubelet stop the readers within their grace, then the control plane.
@@ -340,6 +376,12 @@ impl Drop for System {
         })
         .join();
     }
+}
+
+/// One operator replica: its identity in the Lease and its process.
+struct OperatorProcess {
+    identity: String,
+    child: Child,
 }
 
 /// One reader process.
