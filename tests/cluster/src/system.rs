@@ -359,9 +359,17 @@ impl Drop for System {
         }
         // On the shared cluster: the namespace goes, and with it every reader (the kubelet sends
         // them SIGTERM); the binding of the operator's ClusterRole is cluster-scoped, so it goes by hand.
+        // The operator is stopped by now, so the sources' finalizer (its cleanup hook) is taken off
+        // here: otherwise the namespace would stay Terminating for good, its objects with it.
         let client = self.client.clone();
         let namespace = self.namespace.clone();
         let cleanup = async move {
+            let sources = Api::<SqsSource>::namespaced(client.clone(), &namespace);
+            for source in sources.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+                let unfinalized = serde_json::json!({ "metadata": { "finalizers": null } });
+                let name = kube::ResourceExt::name_any(&source);
+                let _ = sources.patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalized)).await;
+            }
             let binding = format!("{}-{namespace}", install::operator_service_account().unwrap_or_default());
             let _ = Api::<ClusterRoleBinding>::all(client.clone())
                 .delete(&binding, &DeleteParams::default())
