@@ -16,6 +16,7 @@
 #   ROLL_MESSAGES              messages sent during scenario 2's rollout (default: 2000)
 #   CHAOS_MESSAGES             messages sent during scenario 3's pod deletions (default: 3000)
 #   SEND_RATE                  messages/s while scenarios 2 and 3 disturb the readers (default: 100)
+#   ROUND_SECONDS              seconds between scenario 3's four rounds of pod deletions (default: 5)
 #   SKIP_RUNTIME_CHECKS        a reason: skip the checks only a container runtime can pass (each
 #                              printed as SKIP with the reason); empty runs them
 #   LOGS_DIR                   where pod logs are files (<namespace>_<pod>.log) when `kubectl logs`
@@ -38,6 +39,7 @@ MESSAGES="${MESSAGES:-5000}"
 ROLL_MESSAGES="${ROLL_MESSAGES:-2000}"
 CHAOS_MESSAGES="${CHAOS_MESSAGES:-3000}"
 SEND_RATE="${SEND_RATE:-100}"
+ROUND_SECONDS="${ROUND_SECONDS:-5}"
 SKIP_RUNTIME_CHECKS="${SKIP_RUNTIME_CHECKS:-}"
 LOGS_DIR="${LOGS_DIR:-}"
 SOURCE="${SOURCE:-kind-e2e}"
@@ -359,7 +361,7 @@ bg_pids+=("$send_pid")
 selector="$(reader_selector || true)"
 [[ -n "$selector" ]] || die "scenario 3: no reader Deployment selector (is ${SOURCE}-reader there?)"
 for round in 1 2 3 4; do
-  sleep 5
+  sleep "$ROUND_SECONDS"
   log "round $round: force-deleting reader pods ($selector)"
   k -n "$NS" delete pods -l "$selector" --grace-period=0 --force --wait=false || true
   if [[ $round -eq 2 ]]; then

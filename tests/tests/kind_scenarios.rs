@@ -26,10 +26,16 @@ use sluice_tests::localstack::{LocalStack, sqs_client};
 use sluice_tests::poll::{self, Check};
 use sluice_tests::system::{aws_test_env, bin_dir};
 
-/// Small counts: the script's defaults (5000, 2000, 3000 at 100/s) are kind's; these keep the run
-/// near a minute and still send through every roll and every deletion round (about 20 s each).
-const SCENARIO_ENV: [(&str, &str); 4] =
-    [("MESSAGES", "200"), ("ROLL_MESSAGES", "300"), ("CHAOS_MESSAGES", "400"), ("SEND_RATE", "20")];
+/// Small counts: the script's defaults (5000, 2000, 3000 at 100/s, deletion rounds 5 s apart) are
+/// kind's; these keep the scenarios near a minute and a half and still send through the roll and the
+/// deletion rounds (400 at 30/s span the first three rounds and the operator's restart).
+const SCENARIO_ENV: [(&str, &str); 5] = [
+    ("MESSAGES", "200"),
+    ("ROLL_MESSAGES", "300"),
+    ("CHAOS_MESSAGES", "400"),
+    ("SEND_RATE", "30"),
+    ("ROUND_SECONDS", "3"),
+];
 
 /// Why the runtime checks cannot run here, printed on each SKIP line.
 const NO_RUNTIME: &str = "the process kubelet runs pods as processes: no image, no container log endpoint";
