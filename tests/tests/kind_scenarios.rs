@@ -201,6 +201,7 @@ async fn kind_scenarios_run_on_the_real_control_plane() -> Result<()> {
     }
     cluster.shutdown().await;
 
+    let status = run.code.map_or_else(|| "none (ended by a signal)".to_owned(), |c| c.to_string());
     let (passes, fails, skips) =
         (run.with_prefix("PASS: "), run.with_prefix("FAIL: "), run.with_prefix("SKIP: "));
     println!(
@@ -209,17 +210,25 @@ async fn kind_scenarios_run_on_the_real_control_plane() -> Result<()> {
         passes.len(),
         fails.len(),
         skips.len(),
-        run.code.map_or_else(|| "none (signal)".to_owned(), |c| c.to_string()),
+        status,
         deployed.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    assert!(fails.is_empty(), "checks failed: {fails:#?}");
-    assert!(run.success, "scenarios.sh exited with {:?}", run.code);
+    assert!(fails.is_empty(), "checks failed:\n{}", fails.join("\n"));
+    assert!(run.success, "scenarios.sh exited with status {status}");
     for want in EXPECTED_PASSES {
-        assert!(passes.iter().any(|p| p.starts_with(want)), "no PASS line starting {want:?}: {passes:#?}");
+        assert!(
+            passes.iter().any(|p| p.starts_with(want)),
+            "no PASS line starting '{want}'; passed:\n{}",
+            passes.join("\n")
+        );
     }
-    assert_eq!(skips.len(), 2, "exactly the two runtime checks are skipped: {skips:#?}");
-    assert!(skips.iter().all(|s| s.ends_with(&format!("({NO_RUNTIME})"))), "{skips:#?}");
+    assert_eq!(skips.len(), 2, "exactly the two runtime checks are skipped; skipped:\n{}", skips.join("\n"));
+    assert!(
+        skips.iter().all(|s| s.ends_with(&format!("({NO_RUNTIME})"))),
+        "a SKIP without the reason:\n{}",
+        skips.join("\n")
+    );
     Ok(())
 }
 
