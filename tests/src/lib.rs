@@ -4,6 +4,7 @@
 //! ([`outage`]). The real control plane, the process kubelet and the system as processes live in the
 //! `sluice-cluster` crate; they are re-exported here so that a suite names everything through
 //! `sluice_tests`.
+pub mod kubectl;
 pub mod latency_proxy;
 pub mod localstack;
 pub mod outage;

@@ -19,16 +19,6 @@ use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
 
-fn kubectl_path() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()));
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{} is missing and CI=true", path.display());
-    println!("SKIPPED: {} not found (set KUBECTL to a kubectl binary)", path.display());
-    None
-}
-
 /// kubectl with the cluster's kubeconfig, the suite's namespace and its own discovery cache.
 struct Kubectl {
     bin: PathBuf,
@@ -132,7 +122,7 @@ fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unmodified_kubectl_reads_and_writes_the_test_cluster() -> Result<()> {
-    let Some(bin) = kubectl_path() else { return Ok(()) };
+    let Some(bin) = sluice_tests::kubectl::path() else { return Ok(()) };
     let endpoint = LocalStack::ensure().await?;
     let queue = TestQueue::create(&sqs_client(&endpoint), "kubectl", false).await?;
     let sink = SinkServer::start("127.0.0.1:0").await?;
