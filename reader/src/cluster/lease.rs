@@ -347,7 +347,10 @@ async fn take_over(
     let not_yet = |error: &Option<CoordinationError>| {
         match error {
             None => tracing::debug!("previous incarnation not fenced yet; waiting"),
-            Some(error) => tracing::warn!(%error, "cannot take the lease yet"),
+            Some(error) => {
+                config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
+                tracing::warn!(%error, "cannot take the lease yet");
+            }
         }
         true
     };

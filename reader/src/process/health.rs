@@ -124,7 +124,8 @@ fn one_line(reason: &str) -> String {
 pub enum ApiWrite {
     /// The report in its own ConfigMap (an at-least-once reader: sink health, drain rate).
     Report,
-    /// The renewal of its lease (an exactly-once reader: the checkpoint protocol).
+    /// A write of its lease (an exactly-once reader: the checkpoint protocol), its renewal or,
+    /// after the lease was lost, its take-over by the next incarnation.
     LeaseRenewal,
 }
 
@@ -144,7 +145,7 @@ impl ApiWrite {
     fn noun(self) -> &'static str {
         match self {
             ApiWrite::Report => "report",
-            ApiWrite::LeaseRenewal => "lease renewal",
+            ApiWrite::LeaseRenewal => "lease write",
         }
     }
 
