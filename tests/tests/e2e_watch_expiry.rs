@@ -1,9 +1,10 @@
 //! Watches that end with 410 Gone: etcd compacts its history every 2 s, the suite drives writes
 //! past the resourceVersions the operator's watches hold, then restarts the API server, whose new
-//! watch cache starts at the current revision. Every watch the operator resumes from its old
-//! resourceVersion is answered 410 (too old; compacted in etcd), and each of its reflectors must
-//! list again once, not in a loop, and go on reconciling. The readers hold no watch (they poll
-//! their checkpoint and rate share with GETs): their list calls are counted too.
+//! watch cache starts at the current revision. A watch resumed from an older resourceVersion is
+//! answered 410 (the suite's own watch shows it), and each reflector of the operator told so must
+//! list again once, not in a loop, and go on reconciling; a reflector whose resourceVersion is still
+//! served resumes without a list. The readers hold no watch (they poll their checkpoint and rate
+//! share with GETs): their list and watch calls are counted too.
 //!
 //! The counter is the API server's audit log (`sluice_cluster::controlplane::audit`): every
 //! `list` by user and request, before and after the restart, printed. The sources are the two of
