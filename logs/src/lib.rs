@@ -71,12 +71,29 @@ impl Telemetry {
     }
 }
 
+/// kube's client logs every failed request at ERROR with the bare transport error ("failed with
+/// error client error (Connect)"), four lines a second per poller through an API server outage,
+/// while the caller says what failed and what it does about it in a WARN line of its own: that
+/// line is silenced unless `filter_text` (RUST_LOG, else the default) names `kube_client`.
+fn quiet_kube_requests(filter: EnvFilter, filter_text: &str) -> EnvFilter {
+    if filter_text.contains("kube_client") {
+        return filter;
+    }
+    match "kube_client::client::builder=off".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
+}
+
 /// Install the global subscriber: `RUST_LOG` filters, else `default_filter`; spans are exported
 /// over OTLP when `spans.otlp` names an endpoint. [`Telemetry::process`] adds fields every JSON
 /// line carries once the process knows them (the reader's source and namespace, read after
 /// logging starts so a bad config is logged too).
 pub fn init(format: Format, default_filter: &str, spans: &Spans<'_>) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter = quiet_kube_requests(
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
+        &std::env::var("RUST_LOG").unwrap_or_else(|_| default_filter.to_owned()),
+    );
     let process = ProcessFields::default();
     let fmt: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> = match format {
         Format::Json => json_layer(std::io::stderr, process.clone()).boxed(),

@@ -351,9 +351,15 @@ impl ReaderEpochs {
         self.commit(&mut out);
         self.forget(&mut out);
         // Rejoin once fenced and nothing is left in progress but ids awaiting redelivery (they
-        // stay in the lease and the next incarnation inherits them).
+        // stay in the lease and the next incarnation inherits them), or epochs whose ids are all
+        // deleted and whose forget is written or failed: a forget cannot be written once the
+        // lease is lost, and waiting for it would keep the fenced incarnation from rejoining for
+        // ever; its entry stays in the lease, and the next incarnation inherits and forgets it.
         if fenced_through.is_some()
-            && self.epochs.values().all(|s| s.stage == Stage::Undeleted && !s.ids.is_empty())
+            && self
+                .epochs
+                .values()
+                .all(|s| (s.stage == Stage::Undeleted && !s.ids.is_empty()) || s.stage == Stage::Forgetting)
         {
             self.standing = Standing::Over;
             out.push(Command::Rejoin);
@@ -554,6 +560,20 @@ mod tests {
         r.sink_committed(1);
         // Only "a" confirmed: "b" stays recorded for the next incarnation, which rejoins now.
         assert_eq!(r.deleted(1, &ids(&["a"])), [Command::Rejoin]);
+        assert_eq!(r.standing(), Standing::Over);
+    }
+
+    #[test]
+    fn a_forget_lost_with_the_lease_does_not_keep_the_fenced_reader_from_rejoining() {
+        let (mut r, _) = closing();
+        r.pre_committed(1);
+        r.ack_written(1);
+        assert_eq!(r.observe(&cp(2, 1, None)), [Command::Commit(key(1))]);
+        r.sink_committed(1);
+        assert_eq!(r.deleted(1, &ids(&["a", "b"])), [Command::Forget { incarnation: INC, epoch: 1 }]);
+        // The forget's write failed (the API server was away): the lease counts as lost.
+        assert!(r.lease_lost().is_empty());
+        assert_eq!(r.observe(&cp(3, 1, Some(1))), [Command::Rejoin]);
         assert_eq!(r.standing(), Standing::Over);
     }
 

@@ -11,6 +11,7 @@ pub mod outage;
 pub mod reaction;
 pub mod s3_objects;
 pub mod scrape;
+pub mod side_by_side;
 pub mod sinkserver;
 pub mod source;
 pub mod standalone;

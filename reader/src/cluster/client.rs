@@ -17,9 +17,19 @@ use crate::process::error::{Error, Result};
 use crate::process::metrics::Metrics;
 use crate::settle::held_report::ReaderReport;
 
+/// How long a call to the Kubernetes API may wait for its answer. The reader makes only short
+/// calls (a GET or a replace of one ConfigMap, a list of its source's leases), and an API server
+/// whose etcd is away holds them without an answer: without a limit a lease renewal would wait
+/// past the lease itself and the fault would show nowhere (see docs/control-plane-faults.md).
+const API_TIMEOUT: Duration = Duration::from_secs(8);
+
 /// The in-cluster (or kubeconfig) client, and the namespace: `POD_NAMESPACE`, else the client's.
 async fn client() -> Result<(kube::Client, String), kube::Error> {
-    let client = kube::Client::try_default().await?;
+    let mut config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    config.read_timeout = Some(API_TIMEOUT);
+    // The limit counts from the request, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    let client = kube::Client::try_from(config)?;
     let namespace = std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|n| !n.is_empty())

@@ -41,7 +41,7 @@ use sluice_protocol::{lease_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{ClusterConfig, lease_metadata};
-use crate::process::health::{FetchReport, SinkReport};
+use crate::process::health::{ApiWrite, FetchReport, SinkReport};
 use crate::settle::held_report::{self, ReaderReport};
 
 /// The data key of the report.
@@ -109,6 +109,22 @@ fn moved(written: &Shape, now: &Shape) -> bool {
     written.0 != now.0 || held
 }
 
+/// The WARN line of a report the API did not take: an outage (no answer, 5xx, timeout) says that
+/// delivery goes on; a refusal (403, 422) points at the permissions that allow the write.
+fn cannot_report(name: &str, error: &str) -> String {
+    let refused = ["403", "422", "Forbidden", "Invalid"].iter().any(|code| error.contains(code));
+    if refused {
+        format!(
+            "cannot report sink health in ConfigMap {name}: {error}; the source's SinksHealthy condition will go stale; check the reader's Role and the reader-own-lease.sluice.dev policy"
+        )
+    } else {
+        format!(
+            "cannot report sink health in ConfigMap {name}: the Kubernetes API did not answer ({error}); delivery goes on without it, the report is retried every {} s and the source's status goes stale until the API is back",
+            MIN_GAP.as_secs()
+        )
+    }
+}
+
 /// Writes the report of an at-least-once reader (no lease of the checkpoint protocol).
 pub struct Reporter {
     pub config_maps: Api<ConfigMap>,
@@ -127,7 +143,9 @@ impl Reporter {
             let (sinks, fetches) = (report.sinks(), report.fetches());
             let now = Instant::now();
             let shape = shape(&sinks, fetches.as_ref(), report);
-            if due(last.as_ref(), now, &shape) {
+            // A write the API did not take is tried again after the least gap, changed or not.
+            let retry = failing && last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) >= MIN_GAP);
+            if retry || due(last.as_ref(), now, &shape) {
                 let now_ms = now_ms();
                 let held = report.held_entry(&self.config.pod, now_ms);
                 match self.write(entry(&sinks, fetches.as_ref(), now_ms), held).await {
@@ -136,15 +154,16 @@ impl Reporter {
                             tracing::info!("sink health reported to the operator again");
                         }
                         failing = false;
+                        report.api_answered(ApiWrite::Report);
                     }
-                    Err(error) if !failing => {
-                        failing = true;
-                        tracing::warn!(
-                            "cannot report sink health in ConfigMap {}: {error}; the source's SinksHealthy condition will go stale; check the reader's Role and the reader-own-lease.sluice.dev policy",
-                            self.name()
-                        );
+                    Err(error) => {
+                        let error = error.to_string();
+                        report.api_failed(ApiWrite::Report, &error);
+                        if !failing {
+                            failing = true;
+                            tracing::warn!("{}", cannot_report(&self.name(), &error));
+                        }
                     }
-                    Err(_) => {}
                 }
                 // A failed write waits the same gap: the API is not hammered.
                 last = Some((now, shape));
@@ -234,6 +253,14 @@ mod tests {
             let jittered = shape(false, 3, jitter);
             assert!(!due(last, t0 + Duration::from_secs(29), &jittered), "{jitter} msg/s is jitter");
         }
+    }
+
+    #[test]
+    fn an_outage_is_told_apart_from_a_refusal() {
+        let outage = cannot_report("s-lease-p", "ServiceError: client error (Connect)");
+        assert!(outage.contains("did not answer") && outage.contains("delivery goes on"), "{outage}");
+        let refused = cannot_report("s-lease-p", "ApiError: configmaps is forbidden: Forbidden (403)");
+        assert!(refused.contains("check the reader's Role"), "{refused}");
     }
 
     #[test]

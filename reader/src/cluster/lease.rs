@@ -31,10 +31,13 @@ use tokio_util::sync::CancellationToken;
 use super::health_report;
 use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
+use crate::process::health::ApiWrite;
 use crate::settle::held_report::ReaderReport;
 
 /// How often the checkpoint ConfigMap is read.
 pub const CHECKPOINT_POLL: Duration = Duration::from_millis(250);
+/// One WARN line per this many failed checkpoint reads in a row (10 s at [`CHECKPOINT_POLL`]).
+const CHECKPOINT_WARN_EVERY: u64 = 40;
 /// Backoff between attempts to take the lease over (the previous incarnation must be fenced).
 const TAKEOVER_RETRY: Duration = Duration::from_millis(500);
 const TAKEOVER_RETRY_LONGEST: Duration = Duration::from_secs(1);
@@ -237,14 +240,19 @@ impl Cluster {
                     lease.draining = draining;
                 })
                 .await;
-            if let Err(error) = result {
-                tracing::warn!(%error, "lease renewal failed");
+            match result {
+                Ok(()) => self.config.report.api_answered(ApiWrite::LeaseRenewal),
+                Err(error) => {
+                    self.config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
+                    tracing::warn!(%error, "lease renewal failed; commits wait until the API takes it");
+                }
             }
         }
     }
 
     async fn poll_checkpoint(self: Arc<Self>, stop: CancellationToken) {
         let name = checkpoint_configmap_name(&self.config.source);
+        let mut failures: u64 = 0;
         loop {
             match self
                 .config_maps
@@ -253,9 +261,27 @@ impl Cluster {
                 .map_err(CoordinationError::from)
                 .and_then(|cm| checkpoint_of(cm.as_ref()))
             {
-                Ok(Some(cp)) => self.observed.checkpoint(cp),
-                Ok(None) => {}
-                Err(error) => tracing::warn!(%error, "cannot read the checkpoint"),
+                Ok(found) => {
+                    if failures > 0 {
+                        tracing::info!(failures, "the checkpoint is read again");
+                    }
+                    failures = 0;
+                    if let Some(cp) = found {
+                        self.observed.checkpoint(cp);
+                    }
+                }
+                Err(error) => {
+                    failures += 1;
+                    // The first failure, then one line per WARN_EVERY polls: a poll every
+                    // 250 ms must not flood the log through an API outage.
+                    if failures % CHECKPOINT_WARN_EVERY == 1 {
+                        tracing::warn!(
+                            %error,
+                            failures,
+                            "cannot read the checkpoint ConfigMap {name} ({failures} failed reads in a row); commits wait until it is read again, receiving and delivering go on while the lease holds"
+                        );
+                    }
+                }
             }
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -321,7 +347,10 @@ async fn take_over(
     let not_yet = |error: &Option<CoordinationError>| {
         match error {
             None => tracing::debug!("previous incarnation not fenced yet; waiting"),
-            Some(error) => tracing::warn!(%error, "cannot take the lease yet"),
+            Some(error) => {
+                config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
+                tracing::warn!(%error, "cannot take the lease yet");
+            }
         }
         true
     };
@@ -405,6 +434,7 @@ impl Backend for Cluster {
             *held = fresh;
             self.incarnation.store(incarnation.0, Ordering::Relaxed);
             self.observed.set_lost(false);
+            self.config.report.api_answered(ApiWrite::LeaseRenewal);
             Ok((incarnation, inherited))
         }
         .boxed()

@@ -198,7 +198,7 @@ impl Driver {
                             Ok(()) => me.apply_for(incarnation, |m| m.ack_written(through)),
                             Err(error) => {
                                 tracing::warn!(through, %error, "ack write failed; the lease counts as lost");
-                                me.apply_for(incarnation, ReaderEpochs::lease_lost);
+                                me.give_up_lease(incarnation);
                             }
                         }
                     });
@@ -212,7 +212,7 @@ impl Driver {
                             Ok(()) => me.apply_for(mine, |m| m.forgotten(entry, epoch)),
                             Err(error) => {
                                 tracing::warn!(epoch, %error, "forget write failed; the lease counts as lost");
-                                me.apply_for(incarnation, ReaderEpochs::lease_lost);
+                                me.give_up_lease(incarnation);
                             }
                         }
                     });
@@ -227,6 +227,18 @@ impl Driver {
                 tracing::debug!("pipeline gone; protocol work dropped");
             }
         }
+    }
+
+    /// A lease write of `incarnation` failed: the machine counts its lease as lost, and so must
+    /// the backend, which stops renewing it. Otherwise a write that failed for a moment (an API
+    /// server restart) would leave a suspended machine behind a lease that is still renewed: the
+    /// operator would never fence it, and the barrier would wait for its ack for ever. Unrenewed,
+    /// the lease runs out, the operator fences it, and the reader rejoins.
+    fn give_up_lease(self: &Arc<Self>, incarnation: Incarnation) {
+        if self.lock().incarnation() == incarnation {
+            self.backend.observed().set_lost(true);
+        }
+        self.apply_for(incarnation, ReaderEpochs::lease_lost);
     }
 
     async fn rejoin(self: Arc<Self>) {

@@ -81,11 +81,18 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], admin.metrics.encode())
 }
 
+/// The status is the readiness; the text adds what a person should know that does not change it:
+/// a Kubernetes API that does not take this reader's writes (delivery needs no API call, so an
+/// at-least-once reader stays ready through an API server outage; docs/control-plane-faults.md).
 async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
-    if admin.ready.load(Ordering::Relaxed) {
+    let (status, word) = if admin.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    };
+    match admin.metrics.health.api_note() {
+        Some(note) => (status, format!("{word}; {note}")),
+        None => (status, word.to_owned()),
     }
 }
 

@@ -118,6 +118,48 @@ fn one_line(reason: &str) -> String {
     }
 }
 
+/// A write a reader makes to the Kubernetes API. Its data path needs none: these are what an
+/// API server or etcd outage holds up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiWrite {
+    /// The report in its own ConfigMap (an at-least-once reader: sink health, drain rate).
+    Report,
+    /// A write of its lease (an exactly-once reader: the checkpoint protocol), its renewal or,
+    /// after the lease was lost, its take-over by the next incarnation.
+    LeaseRenewal,
+}
+
+impl ApiWrite {
+    /// The metric label and the key in [`ReaderHealth`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiWrite::Report => "report",
+            ApiWrite::LeaseRenewal => "lease_renewal",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [ApiWrite::Report, ApiWrite::LeaseRenewal].into_iter().find(|w| w.as_str() == name)
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            ApiWrite::Report => "report",
+            ApiWrite::LeaseRenewal => "lease write",
+        }
+    }
+
+    /// What the reader does while the write fails.
+    fn meanwhile(self) -> &'static str {
+        match self {
+            ApiWrite::Report => "delivery goes on, the report is retried every 5 s",
+            ApiWrite::LeaseRenewal => {
+                "commits wait for the API; once the lease runs out this incarnation stops receiving, and rejoins when the API is back"
+            }
+        }
+    }
+}
+
 /// The one entry the payload stage keeps in its `Health`.
 const S3: &str = "s3";
 
@@ -129,6 +171,9 @@ pub struct ReaderHealth {
     /// ReceiveMessage per queue (by name), by the same rule: SQS unreachable or refusing this
     /// reader (network, credentials, permissions) while the operator's own checks may still pass.
     receives: Mutex<Health>,
+    /// This reader's writes to the Kubernetes API ([`ApiWrite`]): said in `/readyz`'s text, never
+    /// turning the reader unready (delivery needs no API call; see docs/control-plane-faults.md).
+    api: Mutex<Health>,
     /// `--unready-after-seconds`, in milliseconds.
     unready_after_ms: AtomicU64,
     targets_missing: AtomicBool,
@@ -141,6 +186,7 @@ impl Default for ReaderHealth {
             sinks: Mutex::default(),
             fetches: Mutex::default(),
             receives: Mutex::default(),
+            api: Mutex::default(),
             unready_after_ms: AtomicU64::new(60_000),
             targets_missing: AtomicBool::new(false),
             warnings: Arc::default(),
@@ -233,6 +279,30 @@ impl ReaderHealth {
         lock(&self.receives).failed(queue, Instant::now(), reason);
     }
 
+    pub(crate) fn api_answered(&self, write: ApiWrite) {
+        lock(&self.api).delivered(write.as_str(), sluice_protocol::now_ms());
+    }
+
+    pub(crate) fn api_failed(&self, write: ApiWrite, reason: &str) {
+        lock(&self.api).failed(write.as_str(), Instant::now(), reason);
+    }
+
+    /// While a write to the Kubernetes API has failed with none of its kind taken since: one line
+    /// saying which, for how long, the last error and what the reader does meanwhile.
+    pub fn api_note(&self) -> Option<String> {
+        let api = lock(&self.api);
+        let now = Instant::now();
+        let (name, health) = api.sinks.iter().find(|(_, h)| h.failing_since.is_some())?;
+        let write = ApiWrite::from_name(name)?;
+        let seconds = health.failing_since.map_or(0, |since| now.duration_since(since).as_secs());
+        let error = health.last_error.as_deref().unwrap_or("no answer");
+        Some(format!(
+            "the Kubernetes API has not taken this reader's {} for {seconds} s ({error}): {}",
+            write.noun(),
+            write.meanwhile()
+        ))
+    }
+
     pub(crate) fn set_targets_missing(&self, missing: bool) {
         self.targets_missing.store(missing, Ordering::Relaxed);
     }
@@ -270,6 +340,17 @@ mod tests {
         assert_eq!(failing.last_error.as_deref(), Some("GetObject s3://b/k: connection refused"));
         health.fetch_answered();
         assert!(!health.fetch_report().expect("an entry").stalled, "S3 answered");
+    }
+
+    #[test]
+    fn an_api_write_failing_is_said_until_one_of_its_kind_is_taken() {
+        let health = ReaderHealth::default();
+        assert_eq!(health.api_note(), None);
+        health.api_failed(ApiWrite::Report, "client error (Connect)");
+        let note = health.api_note().expect("a note while failing");
+        assert!(note.starts_with("the Kubernetes API has not taken this reader's report for 0 s (client error (Connect)): delivery goes on"), "{note}");
+        health.api_answered(ApiWrite::Report);
+        assert_eq!(health.api_note(), None, "taken again");
     }
 
     #[test]

@@ -21,7 +21,8 @@ use std::time::Duration;
 use sluice_crds::{HELD_REPORT_KEY, HeldReport, ReaderHeld};
 
 use super::held::{Figures, Held};
-use crate::process::health::{FetchReport, ReaderHealth, SinkReport};
+use crate::process::events::Fault;
+use crate::process::health::{ApiWrite, FetchReport, ReaderHealth, SinkReport};
 use crate::process::metrics::Metrics;
 use crate::process::report::{Rates, Window};
 use crate::sink::breaker::State;
@@ -89,6 +90,18 @@ impl ReaderReport {
     /// The reader's health (sinks, fetches, targets) the report is made of.
     pub fn health(&self) -> &ReaderHealth {
         &self.metrics.health
+    }
+
+    /// The Kubernetes API took `write`.
+    pub fn api_answered(&self, write: ApiWrite) {
+        self.metrics.health.api_answered(write);
+    }
+
+    /// The Kubernetes API did not take `write`: counted under
+    /// `reader_errors_total{stage="kubernetes_api"}` and said in `/readyz`'s text.
+    pub fn api_failed(&self, write: ApiWrite, error: &str) {
+        self.metrics.health.api_failed(write, error);
+        self.metrics.fault(Fault::ApiWriteFailed(write));
     }
 
     /// Reports follow `held` from now on (the pollers' one, made when they start).

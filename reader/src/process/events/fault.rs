@@ -7,6 +7,8 @@
 
 use std::borrow::Cow;
 
+use crate::process::health::ApiWrite;
+
 /// A fault worth counting, with what its labels need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -49,6 +51,8 @@ pub enum Fault {
     StartUnreachable,
     /// A target the source names (sink queue, dead-letter queue, bucket) is missing at start.
     TargetMissing,
+    /// A write to the Kubernetes API failed (its report or its lease renewal).
+    ApiWriteFailed(ApiWrite),
 }
 
 impl Fault {
@@ -75,6 +79,7 @@ impl Fault {
             Fault::Ack { stage, code } => (stage, Cow::Owned(code.clone())),
             Fault::StartUnreachable => fixed("start", "unreachable"),
             Fault::TargetMissing => fixed("start", "target_missing"),
+            Fault::ApiWriteFailed(write) => fixed("kubernetes_api", write.as_str()),
         }
     }
 }
