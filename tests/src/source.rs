@@ -182,6 +182,11 @@ impl SourceYaml {
         self.set("scaling", "scaleDownStabilizationSeconds", seconds)
     }
 
+    /// `scaling.scaleUpMaxStep`: the most readers one decision adds.
+    pub fn scale_up_max_step(self, step: u32) -> Self {
+        self.set("scaling", "scaleUpMaxStep", step)
+    }
+
     /// `scaling.idleCooldownSeconds`.
     pub fn idle_cooldown(self, seconds: u32) -> Self {
         self.set("scaling", "idleCooldownSeconds", seconds)

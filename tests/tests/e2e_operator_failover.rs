@@ -87,8 +87,9 @@ async fn failover(
     Ok(killed)
 }
 
-/// The burst's reader maximum: 2,000 messages at 200 a reader ask for more, so the scaler raises
-/// in steps and a leader killed after the first step leaves the next to its successor.
+/// The burst's reader maximum: 2,000 messages at 200 a reader ask for more, and the scaler adds
+/// one reader a decision (`scaleUpMaxStep` 1), so a leader killed after the first step leaves the
+/// next ones to its successor.
 const MAX_READERS: i32 = 4;
 
 /// Every distinct value of something polled every 100 ms, with its time since `start`.
@@ -127,8 +128,10 @@ async fn the_standby_takes_over_mid_scale_up_without_flapping_the_readers() -> R
     let sqs = sqs_client(&endpoint);
     let options = QueueOptions { visibility_timeout: Some(10), ..QueueOptions::default() };
     let queue = TestQueue::create_with(&sqs, "e2e-failover-scale", false, &options).await?;
-    // Each delivery takes 50 ms: a burst of 2,000 stays backlogged for the whole test.
-    let sink = SinkServer::start_with_latency("127.0.0.1:0", Duration::from_millis(50)).await?;
+    // Each delivery takes 200 ms, two at a time: 10 messages a second a reader, so that the burst
+    // of 2,000 still asks for every reader allowed when the standby takes over, 15-20 s after the
+    // kill, however slowly the machine sent it.
+    let sink = SinkServer::start_with_latency("127.0.0.1:0", Duration::from_millis(200)).await?;
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-failover-scale");
     let (mut system, leader, standby) = two_operators(&dir).await?;
 
@@ -138,6 +141,7 @@ async fn the_standby_takes_over_mid_scale_up_without_flapping_the_readers() -> R
         .sink("webhook", Sink::http(&sink.url()).timeout_ms(5_000).concurrency(2))
         .replicas(1, MAX_READERS)
         .target_per_replica(200)
+        .scale_up_max_step(1)
         .scale_down_stabilization(600)
         .yaml();
     system.apply_source(&yaml).await?;
