@@ -344,12 +344,19 @@ async fn take_over(
             Err(error) => Err(Some(error)),
         }
     };
+    // Retried every second while the API is away: one WARN for the spell, the rest at DEBUG (the
+    // failures still count in the metric and show in /readyz).
+    let failed = AtomicU64::new(0);
     let not_yet = |error: &Option<CoordinationError>| {
         match error {
             None => tracing::debug!("previous incarnation not fenced yet; waiting"),
             Some(error) => {
                 config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
-                tracing::warn!(%error, "cannot take the lease yet");
+                if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(%error, "cannot take the lease yet; retrying every second until the API takes it");
+                } else {
+                    tracing::debug!(%error, "cannot take the lease yet");
+                }
             }
         }
         true
@@ -357,7 +364,13 @@ async fn take_over(
     let held = retry(TAKEOVER_RETRY, TAKEOVER_RETRY_LONGEST, None, stop, attempt, not_yet)
         .await
         .ok_or(CoordinationError::Closed)?;
-    tracing::info!(incarnation = %held.lease.incarnation, carried = held.lease.ids.len(), "lease taken");
+    let failed_attempts = failed.load(Ordering::Relaxed);
+    tracing::info!(
+        incarnation = %held.lease.incarnation,
+        carried = held.lease.ids.len(),
+        failed_attempts,
+        "lease taken"
+    );
     Ok(held)
 }
 
