@@ -7,7 +7,9 @@
 pub mod latency_proxy;
 pub mod localstack;
 pub mod outage;
+pub mod proc_usage;
 pub mod reaction;
+pub mod request_counts;
 pub mod s3_objects;
 pub mod scrape;
 pub mod sinkserver;
