@@ -48,7 +48,7 @@ use crate::validate::{Problem, validate};
 /// reads each queue every interval (a queue that stops answering turns its `Fallback` condition
 /// within `failureThreshold` readings). What only this recheck sees is a queue's settings changed
 /// in AWS, which is rare; at one a minute, an operator serving a thousand idle sources would spend
-/// 17 reconciles a second (each a GetQueueAttributes and eight API calls) on finding nothing.
+/// 17 reconciles a second (each a GetQueueAttributes and nine API calls) on finding nothing.
 pub const HEALTHY_REQUEUE: Duration = Duration::from_secs(30 * 60);
 /// Check again sooner while a queue is unreachable or misconfigured.
 pub const UNHEALTHY_REQUEUE: Duration = Duration::from_secs(20);
