@@ -28,6 +28,7 @@ pub mod names;
 pub mod pod_checks;
 pub mod queue_check;
 pub mod reconcile;
+pub mod reconcile_wait;
 pub mod scope;
 pub mod source_ticks;
 pub mod status;

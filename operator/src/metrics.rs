@@ -102,6 +102,12 @@ impl Metrics {
             "Requests sent to AWS for a source, by service and API (retries included)",
             crate::aws_requests::REQUESTS.clone(),
         );
+        // How long a changed source waited for its reconcile (the controller's queue delay).
+        registry.register(
+            "reconcile_wait_seconds",
+            "Seconds from a source's spec or metadata write to the start of the reconcile that first sees it",
+            crate::reconcile_wait::WAIT.clone(),
+        );
         let failures = metrics.otlp_export_failures.clone();
         sluice_logs::on_export_failure(move || {
             failures.inc();

@@ -1,18 +1,24 @@
-//! Every SqsSource in the cluster, listed once a tick: what the operator's follower tasks walk
-//! (checkpoint coordination, sink health).
+//! Every SqsSource in the cluster, once a tick: what the operator's follower tasks walk
+//! (checkpoint coordination, sink health, replay).
 //!
-//! Why a tick and a list rather than a watch: each step reads other objects (leases, reports) that
-//! change without the source changing, so the tasks must look again anyway; a fixed tick bounds
-//! their latency whatever happens to watch connections. A failing list (the API server restarting,
-//! RBAC removed) is one WARN line when it starts and one INFO line when it ends, not one per tick:
-//! the coordinator ticks twice a second.
+//! Why a tick: each step reads other objects (leases, reports) that change without the source
+//! changing, so the tasks must look again anyway; a fixed tick bounds their latency. Why the sources
+//! come from a watch-fed cache rather than a list at each tick: the coordinator ticks twice a
+//! second, and listing a thousand sources that often would cost the API server (and this process)
+//! far more than the steps themselves, for objects that rarely change. The cache is filled by a
+//! watch with backoff; while the watch fails, the tasks keep stepping the sources last seen, and a
+//! failure is one WARN line when it starts and one INFO line when it ends, not one per retry.
 
 use std::collections::HashSet;
 use std::fmt::Display;
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use sluice_crds::SqsSource;
 use tokio_util::sync::CancellationToken;
 
@@ -20,16 +26,14 @@ use crate::scope::Scope;
 
 /// The sources, tick after tick, for one task.
 pub struct SourceTicks {
-    api: Api<SqsSource>,
+    store: Store<SqsSource>,
     tick: Duration,
-    /// The task's name in log lines.
-    task: &'static str,
-    /// What goes stale while the list fails, said in the WARN line.
-    stale: &'static str,
-    failing_since: Option<Instant>,
+    /// Ends the watch when the ticks are dropped.
+    _watching: tokio_util::sync::DropGuard,
 }
 
 impl SourceTicks {
+    /// Starts the watch that fills the cache (on the current Tokio runtime).
     pub fn new(
         client: Client,
         scope: &Scope,
@@ -37,37 +41,61 @@ impl SourceTicks {
         task: &'static str,
         stale: &'static str,
     ) -> Self {
-        Self { api: scope.api(&client), tick, task, stale, failing_since: None }
+        let (store, writer) = reflector::store();
+        let stop = CancellationToken::new();
+        tokio::spawn(watch(scope.api(&client), writer, task, stale, stop.clone()));
+        Self { store, tick, _watching: stop.drop_guard() }
     }
 
-    /// Every source at the next tick whose list succeeds; `None` once `shutdown` is cancelled.
-    pub async fn next(&mut self, shutdown: &CancellationToken) -> Option<Vec<SqsSource>> {
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(self.tick) => {}
-            }
-            match self.api.list(&ListParams::default()).await {
-                Ok(list) => {
-                    if let Some(since) = self.failing_since.take() {
-                        tracing::info!(
-                            task = self.task,
-                            failed_for_s = since.elapsed().as_secs(),
-                            "listing SqsSources again"
-                        );
-                    }
-                    return Some(list.items);
+    /// Every source at the next tick once the cache has been filled; `None` once `shutdown` is
+    /// cancelled.
+    pub async fn next(&mut self, shutdown: &CancellationToken) -> Option<Vec<Arc<SqsSource>>> {
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(self.tick) => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => None,
+            ready = self.store.wait_until_ready() => ready.ok().map(|()| self.store.state()),
+        }
+    }
+}
+
+/// Keeps `writer` in step with the sources until `stop`.
+async fn watch(
+    api: kube::Api<SqsSource>,
+    writer: reflector::store::Writer<SqsSource>,
+    task: &'static str,
+    stale: &'static str,
+    stop: CancellationToken,
+) {
+    let events = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    let mut events = pin!(events);
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = events.next() => event,
+        };
+        match event {
+            Some(Ok(_)) => {
+                if let Some(since) = failing_since.take() {
+                    tracing::info!(
+                        task,
+                        failed_for_s = since.elapsed().as_secs(),
+                        "watching SqsSources again"
+                    );
                 }
-                Err(error) => {
-                    if self.failing_since.is_none() {
-                        let error = crate::error::sources_line(&error);
-                        tracing::warn!(task = self.task, %error,
-                            "cannot list SqsSources; {} until it works again (retried every {} ms)",
-                            self.stale, self.tick.as_millis());
-                        self.failing_since = Some(Instant::now());
-                    }
+            }
+            Some(Err(error)) => {
+                if failing_since.is_none() {
+                    let error = crate::error::watch_line(&error);
+                    tracing::warn!(task, %error,
+                        "cannot watch SqsSources; {stale} for sources created or changed until it works (retried with backoff)");
+                    failing_since = Some(Instant::now());
                 }
             }
+            None => return,
         }
     }
 }

@@ -448,6 +448,13 @@ fn check_scaling(source: &SqsSource, problems: &mut Vec<Problem>) {
             "spec.scaling.pollIntervalSeconds must be 1 or more",
         ));
     }
+    if s.idle_poll_interval_seconds < 1 {
+        problems.push(Problem::new(
+            reason,
+            "spec.scaling.idlePollIntervalSeconds",
+            "spec.scaling.idlePollIntervalSeconds must be 1 or more",
+        ));
+    }
 }
 
 #[cfg(test)]

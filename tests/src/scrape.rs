@@ -23,6 +23,17 @@ pub fn admin_addr(system: &System, pod: &str) -> Option<String> {
         .next_back()
 }
 
+/// The loopback address after the last line of the log at `log` that contains `marker` (the
+/// operator's `admin server listening`, say).
+pub fn address_in_log(log: &std::path::Path, marker: &str) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().rfind(|l| l.contains(marker))?;
+    let at = line.find("127.0.0.1:")?;
+    let tail = &line[at..];
+    let end = tail[10..].find(|c: char| !c.is_ascii_digit()).map_or(tail.len(), |e| e + 10);
+    Some(tail[..end].to_owned())
+}
+
 /// One sample (no labels) or the sum of a family's samples from a `/metrics` text.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     let values: Vec<f64> = text

@@ -19,10 +19,15 @@ pub struct SourceYaml {
 
 impl SourceYaml {
     /// A source `name` in namespace `default` reading `queue_url` at `endpoint`, set as the suites run
-    /// it: 2 pollers with 1 s long polls, the autoscaler polling the queue every second, reader logs at
-    /// info. It has no sink until [`Self::sink`] adds one.
+    /// it: 2 pollers with 1 s long polls, the autoscaler polling the queue every second (idle or not:
+    /// a suite's burst on a source at zero is seen within a second), reader logs at info. It has no
+    /// sink until [`Self::sink`] adds one.
     pub fn new(name: &str, queue_url: &str, endpoint: &str) -> Self {
-        let mut source = Self::bare(name, queue_url, endpoint).pollers(2).wait_time(1).poll_interval(1);
+        let mut source = Self::bare(name, queue_url, endpoint)
+            .pollers(2)
+            .wait_time(1)
+            .poll_interval(1)
+            .idle_poll_interval(1);
         source.doc["metadata"]["namespace"] = json!("default");
         source.doc["spec"]["reader"] = json!({"logLevel": "info"});
         source
@@ -175,6 +180,12 @@ impl SourceYaml {
     /// `scaling.pollIntervalSeconds`: how often the autoscaler reads the queue.
     pub fn poll_interval(self, seconds: u64) -> Self {
         self.set("scaling", "pollIntervalSeconds", seconds)
+    }
+
+    /// `scaling.idlePollIntervalSeconds`: how often an idle source's queue is read (never faster
+    /// than `pollIntervalSeconds`).
+    pub fn idle_poll_interval(self, seconds: u64) -> Self {
+        self.set("scaling", "idlePollIntervalSeconds", seconds)
     }
 
     /// `scaling.scaleDownStabilizationSeconds`.
@@ -485,7 +496,7 @@ mod tests {
         );
         assert_eq!(
             tree["spec"]["scaling"],
-            json!({"minReplicas": 2, "maxReplicas": 2, "pollIntervalSeconds": 1})
+            json!({"minReplicas": 2, "maxReplicas": 2, "pollIntervalSeconds": 1, "idlePollIntervalSeconds": 1})
         );
         assert_eq!(
             tree["spec"]["sinks"][0]["http"],

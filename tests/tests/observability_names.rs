@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::scrape::address_in_log;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
@@ -182,16 +183,6 @@ fn missing(
             Some(_) => None,
         })
         .collect()
-}
-
-/// The first `127.0.0.1:PORT` on the last line of `log` that contains `marker`.
-fn address_in_log(log: &Path, marker: &str) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().rfind(|l| l.contains(marker))?;
-    let at = line.find("127.0.0.1:")?;
-    let tail = &line[at..];
-    let end = tail[10..].find(|c: char| !c.is_ascii_digit()).map_or(tail.len(), |e| e + 10);
-    Some(tail[..end].to_owned())
 }
 
 /// The names a reader of METRICS.md looks for, from the `# TYPE` lines of a scrape: a counter's

@@ -87,7 +87,7 @@ async fn follow(
             }
             let report = Reporter {
                 api: Api::namespaced(client.clone(), &key.0),
-                source: source.clone(),
+                source: source.as_ref().clone(),
                 recorder: recorder.clone(),
                 metrics: metrics.clone(),
             };

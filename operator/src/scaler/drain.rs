@@ -32,6 +32,11 @@ pub const REPORT_STALE_MS: i64 = 65_000;
 /// Label value of `ROLE_LABEL` on lease ConfigMaps.
 const LEASE_ROLE: &str = "lease";
 
+/// The label selector of every reader's lease, of any source.
+pub fn all_leases_selector() -> String {
+    format!("{ROLE_LABEL}={LEASE_ROLE}")
+}
+
 /// Label selector of a source's lease ConfigMaps.
 pub fn lease_selector(source: &str) -> String {
     format!("{SOURCE_LABEL}={source},{ROLE_LABEL}={LEASE_ROLE}")

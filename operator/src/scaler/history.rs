@@ -34,6 +34,16 @@ impl History {
         Self { recommendations: vec![(now, current)], last_active: Some(now), ..Self::default() }
     }
 
+    /// What a loop starts from when it first sees its Deployment: [`Self::starting_at`] if the
+    /// scaler has sized it before (`sized`: an operator restart finds readers it chose), else
+    /// nothing at all. A Deployment the scaler never sized holds the API server's default of one
+    /// replica, which nobody asked for: at `minReplicas: 0` with an empty queue it goes to zero at
+    /// the first interval instead of running a reader for `idleCooldownSeconds`, so a thousand new
+    /// idle sources do not start a thousand readers for a minute.
+    pub fn on_first_sight(sized: bool, now: Timestamp, current: i32) -> Self {
+        if sized { Self::starting_at(now, current) } else { Self::default() }
+    }
+
     /// When the backlog was last above the activation threshold; `None` means never, i.e. idle forever.
     pub fn last_active(&self) -> Option<Timestamp> {
         self.last_active
@@ -145,5 +155,12 @@ mod tests {
         assert_eq!(history.highest(), Some(2));
         assert_eq!(history.idle_seconds(at(70)), 60);
         assert_eq!(history.mark_active(at(70)).idle_seconds(at(70)), 0);
+    }
+
+    #[test]
+    fn a_deployment_never_sized_starts_with_no_history() {
+        assert_eq!(History::on_first_sight(true, at(10), 2), History::starting_at(at(10), 2));
+        assert_eq!(History::on_first_sight(false, at(10), 1).idle_seconds(at(10)), i64::MAX);
+        assert_eq!(History::on_first_sight(false, at(10), 1).highest(), None);
     }
 }

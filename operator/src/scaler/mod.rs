@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod attributes;
 mod blind;
+pub mod cadence;
 pub mod decision;
 pub mod drain;
 pub mod fallback;

@@ -1,4 +1,5 @@
-//! One source's scaling loop: every `pollIntervalSeconds`, read the inputs, decide, apply.
+//! One source's scaling loop: every `pollIntervalSeconds` (`idlePollIntervalSeconds` while idle,
+//! see `cadence`), read the inputs, decide, apply.
 //!
 //! Why one loop per source: a source's interval comes from its own spec, and a slow queue endpoint
 //! or API call must delay only its own source. Each interval makes one GetQueueAttributes call per
@@ -10,7 +11,6 @@
 //! receiving at once. Either way the source-wide limit is never exceeded by the change.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::apply::{self, ScaleStatus};
 use super::attributes::{AttributesError, QueueAttributes, source_figures};
 use super::blind;
+use super::cadence;
 use super::decision::{Decision, Observation, decide};
 use super::drain::{DrainRate, drain_rate, lease_selector};
 use super::fallback::Blindness;
@@ -118,11 +119,12 @@ pub async fn tick(
     let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
         return Ok(Tick::NoDeployment);
     };
+    let sized = sized_by_scaler(&deployment);
     let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
     blind::seeing(ctx, source, state).await;
     let drain = read_drain(ctx, &namespace, &name, now).await?;
 
-    let history = state.history.take().unwrap_or_else(|| History::starting_at(now, current));
+    let history = state.history.take().unwrap_or_else(|| History::on_first_sight(sized, now, current));
     let rate_limit = spec.rate_limit.as_ref().and_then(|r| r.messages_per_second).map(f64::from);
     let seen = Observation {
         figures: figures.clone(),
@@ -153,6 +155,12 @@ pub async fn tick(
         announce(ctx, source, current, &decision).await;
     }
     Ok(Tick::Decided { current, decision })
+}
+
+/// Whether the scaler has written the Deployment's replicas before (its field manager is listed).
+fn sized_by_scaler(deployment: &Deployment) -> bool {
+    let managers = deployment.metadata.managed_fields.iter().flatten();
+    managers.into_iter().any(|f| f.manager.as_deref() == Some(SCALER_FIELD_MANAGER))
 }
 
 fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -304,6 +312,7 @@ pub async fn run_source(
         // The scaler is blind while this fails (SluiceScalerBlind in deploy/observability/).
         ctx.metrics.queue_read(&source_labels, matches!(outcome, Err(TickError::Queue(_))));
         ctx.metrics.suspended(&source_labels, source.spec.suspend);
+        let interval = cadence::next_interval(&source.spec.scaling, outcome.as_ref().ok());
         match outcome {
             Ok(Tick::NoDeployment) => {
                 tracing::debug!("reader deployment not there yet");
@@ -320,8 +329,6 @@ pub async fn run_source(
             }
         }
         labels = Some(source_labels);
-        let interval =
-            Duration::from_secs(source.spec.scaling.poll_interval_seconds.max(1).unsigned_abs().into());
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep_until(started + interval) => {}

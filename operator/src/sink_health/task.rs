@@ -1,6 +1,6 @@
-//! The I/O of `SinksHealthy` and `status.readers`: every [`TICK`], for each source, list its
-//! leases, write what each reader holds when it changed, compute the verdict, and write the
-//! condition and an event when it changed.
+//! The I/O of `SinksHealthy` and `status.readers`: every [`TICK`], list every reader's lease once;
+//! for each source, write what each reader holds when it changed, compute the verdict from its
+//! leases, and write the condition and an event when it changed.
 //!
 //! Why the source's own status as memory: the condition written last is what a new leader (or a
 //! restarted operator) compares with, so a restart neither repeats an event nor misses one. The
@@ -18,7 +18,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::SqsSource;
-use sluice_protocol::now_ms;
+use sluice_protocol::{SOURCE_LABEL, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::held;
@@ -27,7 +27,7 @@ use super::{FIELD_MANAGER, SINKS_HEALTHY};
 use crate::access::ApiCall;
 use crate::condition_patch::{condition_patch, since};
 use crate::error::kube_line;
-use crate::scaler::drain::lease_selector;
+use crate::scaler::drain::all_leases_selector;
 use crate::scope::Scope;
 use crate::source_ticks::{FailingSources, SourceTicks};
 
@@ -61,7 +61,20 @@ async fn follow(client: Client, scope: Scope, shutdown: CancellationToken) {
     // The status each source's condition last had, for events; first taken from the object.
     let mut known: HashMap<(String, String), String> = HashMap::new();
     let mut failing = FailingSources::default();
+    let config_maps: Api<ConfigMap> = scope.api(&client);
+    let all_leases = ListParams::default().labels(&all_leases_selector());
     while let Some(sources) = ticks.next(&shutdown).await {
+        // One list of every reader's lease for the tick, not one per source: most sources of a
+        // large fleet are at zero replicas and have none.
+        let leases = match config_maps.list(&all_leases).await {
+            Ok(list) => by_source(list.items),
+            Err(error) => {
+                let error = kube_line(&error);
+                tracing::warn!(%error, "sink health: cannot list the readers' leases; SinksHealthy conditions go stale this tick");
+                continue;
+            }
+        };
+        let none = Vec::new();
         let keys: Vec<_> =
             sources.iter().map(|s| (s.namespace().unwrap_or_default(), s.name_any())).collect();
         known.retain(|key, _| keys.contains(key));
@@ -69,12 +82,27 @@ async fn follow(client: Client, scope: Scope, shutdown: CancellationToken) {
         for source in sources.iter().filter(|s| s.meta().deletion_timestamp.is_none()) {
             let key = (source.namespace().unwrap_or_default(), source.name_any());
             let before = known.get(&key).cloned().or_else(|| current(source).map(|c| c.status.clone()));
-            let result = step(&client, &recorder, source, before.as_deref()).await.map_err(|e| kube_line(&e));
+            let data = leases.get(&key).unwrap_or(&none);
+            let result =
+                step(&client, &recorder, source, data, before.as_deref()).await.map_err(|e| kube_line(&e));
             if let Some(Some(status)) = failing.record(&key, result, "sink health: updating SinksHealthy") {
                 known.insert(key, status);
             }
         }
     }
+}
+
+/// The leases' data by (namespace, source), from their source label.
+fn by_source(leases: Vec<ConfigMap>) -> HashMap<(String, String), Vec<BTreeMap<String, String>>> {
+    let mut grouped: HashMap<_, Vec<_>> = HashMap::new();
+    for lease in leases {
+        let namespace = lease.namespace().unwrap_or_default();
+        let source = lease.labels().get(SOURCE_LABEL).cloned();
+        if let (Some(source), Some(data)) = (source, lease.data) {
+            grouped.entry((namespace, source)).or_default().push(data);
+        }
+    }
+    grouped
 }
 
 /// Writes `status.readers` and `status.held` from the readers' reports when they differ from the
@@ -108,15 +136,14 @@ async fn step(
     client: &Client,
     recorder: &Recorder,
     source: &SqsSource,
+    leases: &[BTreeMap<String, String>],
     before: Option<&str>,
 ) -> Result<Option<String>, kube::Error> {
     let (Some(namespace), Some(status)) = (source.namespace(), source.status.as_ref()) else {
         return Ok(None);
     };
     let name = source.name_any();
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(&name))).await?;
-    let data: Vec<_> = leases.items.iter().filter_map(|cm| cm.data.as_ref()).collect();
+    let data: Vec<_> = leases.iter().collect();
     let at = now_ms();
     if let Err(error) = write_held(client, source, &namespace, data.iter().copied(), at).await {
         tracing::warn!(%namespace, source = %name, %error, "cannot update status.readers; it goes stale");

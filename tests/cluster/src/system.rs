@@ -203,6 +203,16 @@ impl System {
         ended.child.try_wait().ok().flatten().map(|status| status.to_string())
     }
 
+    /// The operator's process id while it runs (to read its CPU time and memory from `/proc`).
+    pub fn operator_pid(&self) -> Option<u32> {
+        self.operator.as_ref().map(Child::id)
+    }
+
+    /// The operator's log file of its latest start.
+    pub fn operator_log(&self) -> PathBuf {
+        self.state_dir.join(format!("operator-{}.log", self.operator_starts))
+    }
+
     /// The operator's kubeconfig (its ServiceAccount token), for suites that start more operators.
     pub fn operator_kubeconfig(&self) -> &Path {
         &self.operator_kubeconfig

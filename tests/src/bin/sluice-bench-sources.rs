@@ -1,0 +1,437 @@
+//! `sluice-bench-sources`: what one operator costs with many SqsSources, most of them idle, on the
+//! whole system as processes (LocalStack, a private real control plane with the process kubelet,
+//! the operator with the shipped RBAC, reader processes).
+//!
+//! For each fleet size N (and a one-source cluster to compare the reaction with), on a fresh
+//! cluster: N queues and N sources at `minReplicas: 0` (their defaults otherwise), `--busy` of them
+//! fed a few messages a second so that they run readers. It prints the time until every source is
+//! Ready (from the first apply), each source's creation-to-Ready time (its wait in the
+//! reconciler's queue plus its reconcile), then over a steady window: the operator's CPU (from
+//! `/proc/<pid>/stat`) and memory (`VmRSS`, `VmHWM`), the API server's requests per minute by verb
+//! and resource (its own `apiserver_request_total`), and the operator's AWS requests per minute per
+//! idle source (`sluice_operator_aws_requests_total`). Last, bursts on idle sources, each after a
+//! random wait so that it lands anywhere in the scaler's interval: the time from the burst's
+//! arrival to the reader Deployment's first `spec.replicas` above zero.
+//!
+//! Queues are named with a run-unique prefix and deleted at the end (LocalStack is shared).
+//!
+//! Run: `cargo build --workspace --bins && target/debug/sluice-bench-sources --sources 100,1000`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::Api;
+use kube::api::ListParams;
+use sluice_crds::SqsSource;
+use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
+use sluice_tests::proc_usage::{Usage, load_average};
+use sluice_tests::request_counts::{self, RequestCounts};
+use sluice_tests::scrape::{address_in_log, metric};
+use sluice_tests::sinkserver::SinkServer;
+use sluice_tests::source::{Sink, SourceYaml};
+use sluice_tests::system::{System, bin_dir, random_suffix};
+
+#[derive(Debug, Parser)]
+#[command(name = "sluice-bench-sources")]
+struct Args {
+    /// Fleet sizes to measure, each on a fresh cluster.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    sources: Vec<usize>,
+    /// Sources of each fleet fed messages throughout (they run readers).
+    #[arg(long, default_value_t = 3)]
+    busy: usize,
+    /// Messages per second sent to each busy queue.
+    #[arg(long, default_value_t = 2)]
+    busy_rate: u32,
+    /// Seconds after every source is Ready before the steady window opens.
+    #[arg(long, default_value_t = 45)]
+    settle: u64,
+    /// Seconds of the steady window.
+    #[arg(long, default_value_t = 120)]
+    window: u64,
+    /// Bursts on idle sources per fleet (and on the one-source cluster).
+    #[arg(long, default_value_t = 3)]
+    bursts: usize,
+    /// Seconds allowed for every source to become Ready.
+    #[arg(long, default_value_t = 900)]
+    ready_timeout: u64,
+    /// Where the systems keep logs and state (default: a fresh temporary directory, kept).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+/// The figures of one fleet.
+#[derive(Default)]
+struct Figures {
+    sources: usize,
+    all_ready: Option<Duration>,
+    /// Creation-to-Ready per source, seconds (Ready's lastTransitionTime has second precision).
+    to_ready: Vec<f64>,
+    cpu_cores: f64,
+    rss_mib: f64,
+    peak_rss_mib: f64,
+    api_per_minute: Vec<((String, String), f64)>,
+    gqa_per_idle_minute: f64,
+    aws_per_idle_minute: f64,
+    reconcile_mean_ms: f64,
+    /// `sluice_operator_reconcile_wait_seconds`: (p50, p99 upper bounds, mean), seconds.
+    reconcile_wait: (f64, f64, f64),
+    reactions: Vec<Duration>,
+    load: (f64, f64),
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn source_name(i: usize) -> String {
+    format!("src-{i:04}")
+}
+
+fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> String {
+    // Only what a fleet of scale-to-zero sources sets; a short cooldown brings a burst's reader
+    // back to zero before the next burst on the one-source cluster.
+    SourceYaml::bare(name, &queue.url, endpoint)
+        .sink("webhook", Sink::http(sink).timeout_ms(5_000))
+        .replicas(0, 2)
+        .idle_cooldown(10)
+        .scale_down_stabilization(10)
+        .yaml()
+}
+
+/// The operator's `/metrics` text.
+async fn operator_metrics(system: &System, http: &reqwest::Client) -> Result<String> {
+    let addr = address_in_log(&system.operator_log(), "admin server listening")
+        .context("the operator has not said where its admin server listens")?;
+    Ok(http.get(format!("http://{addr}/metrics")).send().await?.error_for_status()?.text().await?)
+}
+
+/// `sluice_operator_aws_requests_total` summed over the sources in `names`, for `api` (all APIs
+/// when `None`).
+fn aws_requests(text: &str, names: &[String], api: Option<&str>) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("sluice_operator_aws_requests_total{"))
+        .filter(|l| names.iter().any(|n| l.contains(&format!("source=\"{n}\""))))
+        .filter(|l| api.is_none_or(|a| l.contains(&format!("api=\"{a}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn apiserver_requests(system: &System) -> Result<RequestCounts> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    Ok(request_counts::parse(&system.client.request_text(request).await?))
+}
+
+/// Waits until every source says Ready=True; answers each one's creation-to-Ready seconds.
+async fn wait_all_ready(api: &Api<SqsSource>, n: usize, timeout: Duration) -> Result<Vec<f64>> {
+    let start = Instant::now();
+    loop {
+        let list = api.list(&ListParams::default()).await?;
+        let ready: Vec<f64> = list
+            .items
+            .iter()
+            .filter_map(|s| {
+                let created = s.metadata.creation_timestamp.as_ref()?.0;
+                let ready = s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
+                (ready.status == "True")
+                    .then(|| ready.last_transition_time.0.duration_since(created).as_secs_f64())
+            })
+            .collect();
+        if ready.len() >= n {
+            return Ok(ready);
+        }
+        if start.elapsed() > timeout {
+            bail!("{} of {n} sources Ready after {} s", ready.len(), timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// One burst on the idle source `name`: from the first batch acknowledged to the first sample of
+/// its Deployment above zero replicas (`None`: not within 120 s).
+async fn burst(system: &System, name: &str, queue: &TestQueue) -> Result<Option<Duration>> {
+    queue.send_batch(10).await?;
+    let arrived = Instant::now();
+    while arrived.elapsed() < Duration::from_secs(120) {
+        if system.reader_replicas(name).await?.unwrap_or(0) > 0 {
+            return Ok(Some(arrived.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(None)
+}
+
+/// Sends `rate` messages a second to each busy queue until `stop`.
+async fn feed(queues: &[&TestQueue], rate: u32, stop: tokio_util::sync::CancellationToken) {
+    let per_batch = usize::try_from(rate.clamp(1, 10)).unwrap_or(1);
+    let pause = Duration::from_secs_f64(per_batch as f64 / f64::from(rate.max(1)));
+    while !stop.is_cancelled() {
+        for queue in queues {
+            if let Err(error) = queue.send_batch(per_batch).await {
+                eprintln!("feeding {}: {error:#}", queue.name);
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+async fn measure(n: usize, args: &Args, endpoint: &str, state_dir: &Path) -> Result<Figures> {
+    let client = sqs_client(endpoint);
+    let prefix = format!("bench-src-{}", random_suffix());
+    let options = QueueOptions { visibility_timeout: Some(30), ..QueueOptions::default() };
+    let queues: Vec<TestQueue> = stream::iter(0..n)
+        .map(|i| {
+            let (client, options, name) = (&client, &options, format!("{prefix}-{i:04}"));
+            async move { TestQueue::create_named(client, &name, options).await }
+        })
+        .buffered(16)
+        .try_collect()
+        .await?;
+    let result = measure_on(n, args, endpoint, state_dir, &queues).await;
+    let deleted = stream::iter(queues).map(TestQueue::delete).buffer_unordered(16).collect::<Vec<_>>().await;
+    let failed = deleted.iter().filter(|d| d.is_err()).count();
+    if failed > 0 {
+        eprintln!("{failed} of the queues {prefix}-* could not be deleted");
+    }
+    result
+}
+
+async fn measure_on(
+    n: usize,
+    args: &Args,
+    endpoint: &str,
+    state_dir: &Path,
+    queues: &[TestQueue],
+) -> Result<Figures> {
+    let busy = if n == 1 { 0 } else { args.busy.min(n) };
+    let sink = SinkServer::start("127.0.0.1:0").await?;
+    let mut system = System::start(&bin_dir(), &state_dir.join(format!("n{n}"))).await?;
+    system.start_operator()?;
+    let pid = system.operator_pid().context("the operator is not running")?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), &system.namespace);
+    let mut figures = Figures { sources: n, ..Figures::default() };
+
+    let stop_feed = tokio_util::sync::CancellationToken::new();
+    let busy_queues: Vec<&TestQueue> = queues.iter().take(busy).collect();
+    let feeding = feed(&busy_queues, args.busy_rate, stop_feed.clone());
+    let run = async {
+        let started = Instant::now();
+        stream::iter(queues.iter().enumerate())
+            .map(|(i, queue)| {
+                let yaml = source_yaml(&source_name(i), queue, endpoint, &sink.url());
+                let system = &system;
+                async move { system.apply_source(&yaml).await }
+            })
+            .buffer_unordered(8)
+            .try_collect::<Vec<_>>()
+            .await?;
+        let applied = started.elapsed();
+        figures.to_ready = wait_all_ready(&sources, n, Duration::from_secs(args.ready_timeout)).await?;
+        figures.all_ready = Some(started.elapsed());
+        println!(
+            "  {n} sources: applied in {:.1} s, all Ready {:.1} s after the first apply",
+            applied.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
+
+        tokio::time::sleep(Duration::from_secs(args.settle)).await;
+        let idle: Vec<String> = (busy..n).map(source_name).collect();
+        let (api_before, ops_before, use_before) =
+            (apiserver_requests(&system).await?, operator_metrics(&system, &http).await?, Usage::read(pid)?);
+        let load_before = load_average().unwrap_or(f64::NAN);
+        let window = Instant::now();
+        tokio::time::sleep(Duration::from_secs(args.window)).await;
+        let minutes = window.elapsed().as_secs_f64() / 60.0;
+        let (api_after, ops_after, use_after) =
+            (apiserver_requests(&system).await?, operator_metrics(&system, &http).await?, Usage::read(pid)?);
+        figures.load = (load_before, load_average().unwrap_or(f64::NAN));
+        figures.cpu_cores = (use_after.cpu_seconds - use_before.cpu_seconds) / (minutes * 60.0);
+        figures.rss_mib = use_after.rss_bytes as f64 / MIB;
+        figures.peak_rss_mib = use_after.peak_rss_bytes as f64 / MIB;
+        figures.api_per_minute = request_counts::per_minute(&api_before, &api_after, minutes);
+        let per_idle = |api| {
+            (aws_requests(&ops_after, &idle, api) - aws_requests(&ops_before, &idle, api))
+                / (idle.len().max(1) as f64 * minutes)
+        };
+        figures.gqa_per_idle_minute = per_idle(Some("GetQueueAttributes"));
+        figures.aws_per_idle_minute = per_idle(None);
+        let (sum, count) = (
+            metric(&ops_after, "sluice_operator_reconcile_duration_seconds_sum").unwrap_or(0.0),
+            metric(&ops_after, "sluice_operator_reconcile_duration_seconds_count").unwrap_or(0.0),
+        );
+        figures.reconcile_mean_ms = if count > 0.0 { sum / count * 1000.0 } else { f64::NAN };
+        figures.reconcile_wait = histogram_summary(&ops_after, "sluice_operator_reconcile_wait_seconds");
+
+        // Bursts on idle sources from the end of the fleet (the one-source cluster: its one
+        // source again, once back at zero).
+        for b in 0..args.bursts {
+            let i = if n == 1 { 0 } else { n - 1 - b };
+            let name = source_name(i);
+            system.wait_idle_at_zero(&name, Duration::from_secs(180)).await?;
+            // Anywhere within the idle interval plus one poll interval (30 s + 5 s by default).
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..35_000))).await;
+            match burst(&system, &name, &queues[i]).await? {
+                Some(reaction) => figures.reactions.push(reaction),
+                None => println!("  {n} sources: burst on {name}: no scale-up within 120 s"),
+            }
+        }
+        anyhow::Ok(())
+    };
+    let (result, ()) = tokio::join!(
+        async {
+            let result = run.await;
+            stop_feed.cancel();
+            result
+        },
+        feeding
+    );
+    if let Some(exit) = system.operator_exit() {
+        bail!("the operator exited during the run ({exit}); its log is {}", system.operator_log().display());
+    }
+    drop(system);
+    sink.stop().await?;
+    result.map(|()| figures)
+}
+
+/// The bucket bounds holding the median and the 99th percentile, and the mean, of a histogram in a
+/// `/metrics` text.
+fn histogram_summary(text: &str, name: &str) -> (f64, f64, f64) {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| {
+            let (le, count) = l.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let bound = |q: f64| buckets.iter().find(|b| b.1 >= q * total).map_or(f64::NAN, |b| b.0);
+    let sum = metric(text, &format!("{name}_sum")).unwrap_or(f64::NAN);
+    (bound(0.5), bound(0.99), if total > 0.0 { sum / total } else { f64::NAN })
+}
+
+fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(at).copied().unwrap_or(f64::NAN)
+}
+
+fn seconds(values: &[Duration]) -> Vec<f64> {
+    values.iter().map(Duration::as_secs_f64).collect()
+}
+
+fn print_table(all: &[Figures]) {
+    let row = |label: &str, cell: &dyn Fn(&Figures) -> String| {
+        let cells: Vec<String> = all.iter().map(|f| format!("{:>22}", cell(f))).collect();
+        println!("{label:<44}{}", cells.join(""));
+    };
+    row("sources", &|f| f.sources.to_string());
+    row("all Ready after first apply (goal ≤ 120 s)", &|f| {
+        f.all_ready.map_or_else(|| "-".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+    });
+    row("creation to Ready p50 / p99 / max", &|f| {
+        format!(
+            "{:.0} / {:.0} / {:.0} s",
+            percentile(&f.to_ready, 0.5),
+            percentile(&f.to_ready, 0.99),
+            percentile(&f.to_ready, 1.0)
+        )
+    });
+    row("reconcile wait p50 / p99 ≤ (mean), metric", &|f| {
+        let (p50, p99, mean) = f.reconcile_wait;
+        format!("{p50} / {p99} s ({mean:.1})")
+    });
+    row("reconcile duration, mean", &|f| format!("{:.0} ms", f.reconcile_mean_ms));
+    row("operator CPU (goal ≤ 0.2 core)", &|f| format!("{:.3} cores", f.cpu_cores));
+    row("operator RSS steady / peak (goal ≤ 256)", &|f| {
+        format!("{:.0} / {:.0} MiB", f.rss_mib, f.peak_rss_mib)
+    });
+    row("GetQueueAttributes/min per idle source", &|f| format!("{:.2}", f.gqa_per_idle_minute));
+    row("AWS requests/min per idle source (≤ 2)", &|f| format!("{:.2}", f.aws_per_idle_minute));
+    row("API requests/min, all clients", &|f| {
+        format!("{:.0}", f.api_per_minute.iter().map(|r| r.1).sum::<f64>())
+    });
+    row("burst to first scale-up, median", &|f| format!("{:.1} s", percentile(&seconds(&f.reactions), 0.5)));
+    row("burst to first scale-up, each", &|f| {
+        seconds(&f.reactions).iter().map(|s| format!("{s:.1}")).collect::<Vec<_>>().join(" ") + " s"
+    });
+    row("load average (1 min) at window start / end", &|f| format!("{:.1} / {:.1}", f.load.0, f.load.1));
+    for f in all.iter().filter(|f| f.sources > 1) {
+        println!(
+            "API requests per minute over the steady window, {} sources (top 12, all clients):",
+            f.sources
+        );
+        for ((verb, resource), rate) in f.api_per_minute.iter().take(12) {
+            println!("  {verb:<8} {resource:<40} {rate:>8.1}");
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => tempfile::Builder::new().prefix("sluice-bench-sources-").tempdir()?.keep(),
+    };
+    let endpoint = LocalStack::ensure().await?;
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    println!(
+        "sluice-bench-sources: fleets {:?} plus one source, {} busy at {} msg/s, steady window {} s \
+         after {} s settling, {} bursts each; {cores} cores, load average {:.1}; state under {}",
+        args.sources,
+        args.busy,
+        args.busy_rate,
+        args.window,
+        args.settle,
+        args.bursts,
+        load_average().unwrap_or(f64::NAN),
+        state_dir.display()
+    );
+    let mut all = Vec::new();
+    for n in std::iter::once(1).chain(args.sources.iter().copied()) {
+        println!("measuring {n} source(s) on a fresh cluster");
+        match measure(n, &args, &endpoint, &state_dir).await {
+            Ok(figures) => all.push(figures),
+            Err(error) => println!("  {n} sources: not measured: {error:#}"),
+        }
+    }
+    print_table(&all);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_requests_of_the_named_sources_only() {
+        let text = "sluice_operator_aws_requests_total{namespace=\"e\",source=\"src-0001\",service=\"sqs\",api=\"GetQueueAttributes\",queue=\"q\"} 4\n\
+                    sluice_operator_aws_requests_total{namespace=\"e\",source=\"src-0002\",service=\"sqs\",api=\"GetQueueUrl\",queue=\"q\"} 1\n\
+                    sluice_operator_aws_requests_total{namespace=\"e\",source=\"src-0003\",service=\"sqs\",api=\"GetQueueAttributes\",queue=\"q\"} 9\n";
+        let names = ["src-0001".to_owned(), "src-0002".to_owned()];
+        assert_eq!(aws_requests(text, &names, Some("GetQueueAttributes")), 4.0);
+        assert_eq!(aws_requests(text, &names, None), 5.0);
+    }
+
+    #[test]
+    fn a_histogram_summarised_by_its_buckets() {
+        let text = "w_bucket{le=\"0.5\"} 10\nw_bucket{le=\"1.0\"} 98\nw_bucket{le=\"2.0\"} 100\nw_bucket{le=\"+Inf\"} 100\nw_sum 75\nw_count 100\n";
+        assert_eq!(histogram_summary(text, "w"), (1.0, 2.0, 0.75));
+    }
+
+    #[test]
+    fn percentiles_of_a_few_values() {
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.5), 2.0);
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 1.0), 3.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}
