@@ -203,14 +203,15 @@ impl System {
         ended.child.try_wait().ok().flatten().map(|status| status.to_string())
     }
 
-    /// The operator's process id while it runs (to read its CPU time and memory from `/proc`).
+    /// The first operator replica's process id while it runs (to read its CPU time and memory
+    /// from `/proc`).
     pub fn operator_pid(&self) -> Option<u32> {
-        self.operator.as_ref().map(Child::id)
+        self.operators.first().map(|o| o.child.id())
     }
 
-    /// The operator's log file of its latest start.
-    pub fn operator_log(&self) -> PathBuf {
-        self.state_dir.join(format!("operator-{}.log", self.operator_starts))
+    /// The log file of the first operator replica running.
+    pub fn first_operator_log(&self) -> Option<PathBuf> {
+        self.operators.first().map(|o| self.operator_log(&o.identity))
     }
 
     /// The operator's kubeconfig (its ServiceAccount token), for suites that start more operators.

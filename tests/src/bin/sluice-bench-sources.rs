@@ -102,7 +102,8 @@ fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> Str
 
 /// The operator's `/metrics` text.
 async fn operator_metrics(system: &System, http: &reqwest::Client) -> Result<String> {
-    let addr = address_in_log(&system.operator_log(), "admin server listening")
+    let log = system.first_operator_log().context("no operator runs")?;
+    let addr = address_in_log(&log, "admin server listening")
         .context("the operator has not said where its admin server listens")?;
     Ok(http.get(format!("http://{addr}/metrics")).send().await?.error_for_status()?.text().await?)
 }
@@ -291,7 +292,10 @@ async fn measure_on(
         feeding
     );
     if let Some(exit) = system.operator_exit() {
-        bail!("the operator exited during the run ({exit}); its log is {}", system.operator_log().display());
+        bail!(
+            "the operator exited during the run ({exit}); its log is under {}",
+            system.state_dir().display()
+        );
     }
     drop(system);
     sink.stop().await?;
