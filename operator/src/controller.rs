@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource};
 use sluice_crds::SqsSource;
 
@@ -73,10 +73,28 @@ pub async fn run(
     // Children carry our labels; watching only those keeps the operator's caches small.
     let children =
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={}", names::FIELD_MANAGER));
-    Controller::new(
+    // A source's own changes start a reconcile when its spec (generation, which a deletion also
+    // bumps), labels, annotations or finalizers change, not its status: the autoscaler, the
+    // checkpoint coordinator and the sink health task write status on their own clocks, and each
+    // write would otherwise cost a reconcile (six applies and a GetQueueAttributes), about one a
+    // minute per idle source. Children's changes still start one (`owns`), and a healthy source
+    // is rechecked on the reconciler's requeue.
+    let (store, writer) = reflector::store();
+    let sources = watcher(
         api::<DeserializeGuard<SqsSource>>(&client, &scope),
         watcher::Config::default().any_semantic(),
     )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(
+        predicates::generation
+            .combine(predicates::labels)
+            .combine(predicates::annotations)
+            .combine(predicates::finalizers),
+        Default::default(),
+    );
+    Controller::for_stream(sources, store)
     .owns(api::<Deployment>(&client, &scope), children.clone())
     .owns(api::<ConfigMap>(&client, &scope), children.clone())
     .owns(api::<ServiceAccount>(&client, &scope), children.clone())
