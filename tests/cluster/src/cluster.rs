@@ -70,6 +70,7 @@ impl Cluster {
             binaries,
             dir: dir.join("controlplane"),
             tuning: options.tuning.clone(),
+            install_crd: !options.bare,
         })
         .await?;
         let admin = plane.admin_client().await?;
@@ -85,7 +86,6 @@ impl Cluster {
         let kubelet =
             Kubelet::start(node_client, config.clone()).await.context("starting the process kubelet")?;
         if !options.bare {
-            install::crd(&admin).await?;
             install::reader_policy(&admin).await?;
         }
         let info = Info {

@@ -39,6 +39,11 @@ pub struct Config {
     pub dir: PathBuf,
     /// Settings the suites vary.
     pub tuning: Tuning,
+    /// Install the SqsSource CRD before the controllers start. Why before: the garbage collector
+    /// learns the API's kinds at its start and then every 30 s; a kind added later is unknown to
+    /// it for up to that long, so children of a source deleted meanwhile would outlive it (a real
+    /// cluster has its CRDs long before its sources).
+    pub install_crd: bool,
 }
 
 /// A running control plane. Dropping it stops every component.
@@ -113,6 +118,10 @@ impl ControlPlane {
             START_TIMEOUT,
         )
         .await?;
+        if config.install_crd {
+            let admin = kubeconfig::client(&dir.join(format!("{}.kubeconfig", pki::ADMIN.file))).await?;
+            crate::install::crd(&admin).await?;
+        }
         let mut plane = Self {
             dir,
             pki,
