@@ -65,6 +65,18 @@ pub struct Progress {
     pub committed: u64,
 }
 
+/// "1979 delivered, 1770 committed": how the figures read in the suites' output.
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} delivered, {} committed", self.delivered, self.committed)
+    }
+}
+
+/// A moment in seconds, or "not yet".
+fn moment(at: Option<f64>) -> String {
+    at.map_or_else(|| "not yet".to_owned(), |s| format!("after {s:.1} s"))
+}
+
 impl SideBySide {
     /// Starts a private cluster in `dir` (tuned by `options`), the operator and both sources, and
     /// waits until all six readers are ready.
@@ -194,14 +206,17 @@ impl SideBySide {
             }
             if let (Some(d), Some(c), Some(t)) = (delivering, committing, taken) {
                 self.say(&format!(
-                    "flowing: at-least-once delivering after {d:.1} s, exactly-once committing after {c:.1} s, every reader's writes taken by the API after {t:.1} s ({from:?} -> {now:?})"
+                    "flowing: at-least-once delivering after {d:.1} s, exactly-once committing after {c:.1} s, every reader's writes taken by the API after {t:.1} s ({from} -> {now})"
                 ));
                 return Ok(now);
             }
             if start.elapsed() > within {
                 bail!(
-                    "not flowing past {from:?} in {} s: {now:?}, delivering {delivering:?}, committing {committing:?}, writes taken {taken:?}; logs under {}",
+                    "not flowing past {from} in {} s: {now}; delivering {}, committing {}, writes taken {}; logs under {}",
                     within.as_secs(),
+                    moment(delivering),
+                    moment(committing),
+                    moment(taken),
                     self.state_dir().display()
                 );
             }

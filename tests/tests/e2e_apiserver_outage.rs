@@ -47,7 +47,7 @@ async fn both_guarantees_ride_out_an_api_server_restart_and_a_30_s_outage() -> R
     let stopped = Instant::now();
     run.cluster.control_plane().expect("a private cluster").apiserver().stop(Signal::SIGTERM, RESTART_GRACE);
     let at_stop = run.progress().await?;
-    run.say(&format!("API server stopped at {at_stop:?}"));
+    run.say(&format!("API server stopped at {at_stop}"));
     run.feed(BATCH).await?;
     let away = run.ride_out("the API server", stopped, at_stop, OUTAGE, Duration::from_secs(20)).await?;
 

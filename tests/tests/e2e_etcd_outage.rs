@@ -35,7 +35,7 @@ async fn both_guarantees_ride_out_etcd_away_for_30_s_behind_a_running_api_server
     let stopped = Instant::now();
     run.cluster.control_plane().expect("a private cluster").etcd().stop(Signal::SIGTERM, RESTART_GRACE);
     let at_stop = run.progress().await?;
-    run.say(&format!("etcd stopped at {at_stop:?}"));
+    run.say(&format!("etcd stopped at {at_stop}"));
     run.feed(BATCH).await?;
     // What a client sees meanwhile: the API server answers, with an error.
     let probe = Instant::now();
