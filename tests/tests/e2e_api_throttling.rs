@@ -28,6 +28,7 @@ use sluice_tests::scrape::metric;
 use sluice_tests::sinkserver::SinkServer;
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::System;
+use tokio_util::sync::CancellationToken;
 
 /// The FlowSchema and PriorityLevelConfiguration of one suite run: created in `new`, deleted by
 /// `remove` or on drop.
@@ -114,13 +115,31 @@ impl Drop for Throttle {
 /// of 8 concurrent requests as the operator's ServiceAccount, without kube's retries, some are
 /// answered 429. Concurrent, because the level still serves one request at a time: the API
 /// server gives a level with no nominal shares a single seat, so only what overlaps is rejected.
-async fn rejected_as_the_operator(system: &System) -> Result<()> {
+/// The suite's SqsSources as the operator's ServiceAccount sees them, without kube's retries.
+async fn as_the_operator(system: &System) -> Result<Api<sluice_crds::SqsSource>> {
     let kubeconfig = kube::config::Kubeconfig::read_from(system.operator_kubeconfig())?;
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
     config.default_retry = false;
-    let sources: Api<sluice_crds::SqsSource> =
-        Api::namespaced(kube::Client::try_from(config)?, &system.namespace);
+    Ok(Api::namespaced(kube::Client::try_from(config)?, &system.namespace))
+}
+
+/// Keeps the operator's flow busy until `stop`: four lists at a time as its ServiceAccount, as
+/// other clients sharing a flow do. Why: the level serves one request at a time and refuses only
+/// those that arrive while it is taken, so on its own a quiet operator may meet it free; with the
+/// seat kept taken, the operator's requests meet a full level whatever the machine's pace.
+fn crowd(sources: Api<sluice_crds::SqsSource>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let params = kube::api::ListParams::default();
+        while !stop.is_cancelled() {
+            let _ = futures::future::join_all((0..4).map(|_| sources.list(&params))).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+async fn rejected_as_the_operator(system: &System) -> Result<()> {
+    let sources = as_the_operator(system).await?;
     let params = kube::api::ListParams::default();
     poll::until(Duration::from_secs(30), Duration::from_millis(200), || async {
         let answers = futures::future::join_all((0..8).map(|_| sources.list(&params))).await;
@@ -176,6 +195,8 @@ async fn a_throttled_operator_backs_off_says_so_and_recovers_losing_nothing() ->
     println!("[{:5.1}s] FlowSchema and PriorityLevelConfiguration {} applied", at(), throttle.name);
     rejected_as_the_operator(&system).await?;
     println!("[{:5.1}s] the API server rejects the operator's ServiceAccount (429)", at());
+    let crowding = CancellationToken::new();
+    let crowd = crowd(as_the_operator(&system).await?, crowding.clone());
     // A spec change the operator must carry out (its watch sees it; its writes are throttled).
     system.apply_source(&yaml(2)).await?;
     const MESSAGES: u64 = 600;
@@ -205,6 +226,8 @@ async fn a_throttled_operator_backs_off_says_so_and_recovers_losing_nothing() ->
         figure(&text, "sluice_operator_api_throttled"),
     );
 
+    crowding.cancel();
+    crowd.await?;
     throttle.remove().await?;
     let removed = at();
     println!("[{removed:5.1}s] FlowSchema removed");
