@@ -41,7 +41,7 @@ use sluice_protocol::{lease_configmap_name, now_ms};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{ClusterConfig, lease_metadata};
-use crate::process::health::{ApiWrite, FetchReport, SinkReport};
+use crate::process::health::{ApiCall, FetchReport, SinkReport};
 use crate::settle::held_report::{self, ReaderReport};
 
 /// The data key of the report.
@@ -154,11 +154,11 @@ impl Reporter {
                             tracing::info!("sink health reported to the operator again");
                         }
                         failing = false;
-                        report.api_answered(ApiWrite::Report);
+                        report.api_answered(ApiCall::Report);
                     }
                     Err(error) => {
                         let error = error.to_string();
-                        report.api_failed(ApiWrite::Report, &error);
+                        report.api_failed(ApiCall::Report, &error);
                         if !failing {
                             failing = true;
                             tracing::warn!("{}", cannot_report(&self.name(), &error));

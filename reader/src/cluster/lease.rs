@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::health_report;
 use crate::exactly_once::{Backend, CoordinationError, Entries, Observed, Result};
 use crate::process::backoff::retry;
-use crate::process::health::ApiWrite;
+use crate::process::health::ApiCall;
 use crate::settle::held_report::ReaderReport;
 
 /// How often the checkpoint ConfigMap is read.
@@ -241,9 +241,9 @@ impl Cluster {
                 })
                 .await;
             match result {
-                Ok(()) => self.config.report.api_answered(ApiWrite::LeaseRenewal),
+                Ok(()) => self.config.report.api_answered(ApiCall::LeaseRenewal),
                 Err(error) => {
-                    self.config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
+                    self.config.report.api_failed(ApiCall::LeaseRenewal, &error.to_string());
                     tracing::warn!(%error, "lease renewal failed; commits wait until the API takes it");
                 }
             }
@@ -264,6 +264,7 @@ impl Cluster {
                 Ok(found) => {
                     if failures > 0 {
                         tracing::info!(failures, "the checkpoint is read again");
+                        self.config.report.api_answered(ApiCall::CheckpointRead);
                     }
                     failures = 0;
                     if let Some(cp) = found {
@@ -272,6 +273,7 @@ impl Cluster {
                 }
                 Err(error) => {
                     failures += 1;
+                    self.config.report.api_failed(ApiCall::CheckpointRead, &error.to_string());
                     // The first failure, then one line per WARN_EVERY polls: a poll every
                     // 250 ms must not flood the log through an API outage.
                     if failures % CHECKPOINT_WARN_EVERY == 1 {
@@ -351,7 +353,7 @@ async fn take_over(
         match error {
             None => tracing::debug!("previous incarnation not fenced yet; waiting"),
             Some(error) => {
-                config.report.api_failed(ApiWrite::LeaseRenewal, &error.to_string());
+                config.report.api_failed(ApiCall::LeaseRenewal, &error.to_string());
                 if failed.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!(%error, "cannot take the lease yet; retrying every second until the API takes it");
                 } else {
@@ -447,7 +449,7 @@ impl Backend for Cluster {
             *held = fresh;
             self.incarnation.store(incarnation.0, Ordering::Relaxed);
             self.observed.set_lost(false);
-            self.config.report.api_answered(ApiWrite::LeaseRenewal);
+            self.config.report.api_answered(ApiCall::LeaseRenewal);
             Ok((incarnation, inherited))
         }
         .boxed()

@@ -118,43 +118,51 @@ fn one_line(reason: &str) -> String {
     }
 }
 
-/// A write a reader makes to the Kubernetes API. Its data path needs none: these are what an
+/// A call a reader makes to the Kubernetes API. Its data path needs none: these are what an
 /// API server or etcd outage holds up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiWrite {
+pub enum ApiCall {
     /// The report in its own ConfigMap (an at-least-once reader: sink health, drain rate).
     Report,
     /// A write of its lease (an exactly-once reader: the checkpoint protocol), its renewal or,
     /// after the lease was lost, its take-over by the next incarnation.
     LeaseRenewal,
+    /// The read of the source's checkpoint (an exactly-once reader), which it makes whether or
+    /// not it holds a lease: a reader waiting for its lost lease to be fenced writes nothing,
+    /// and this is how it still sees (and says) that the API does not answer.
+    CheckpointRead,
 }
 
-impl ApiWrite {
+impl ApiCall {
+    const ALL: [ApiCall; 3] = [ApiCall::Report, ApiCall::LeaseRenewal, ApiCall::CheckpointRead];
+
     /// The metric label and the key in [`ReaderHealth`].
     pub fn as_str(self) -> &'static str {
         match self {
-            ApiWrite::Report => "report",
-            ApiWrite::LeaseRenewal => "lease_renewal",
+            ApiCall::Report => "report",
+            ApiCall::LeaseRenewal => "lease_renewal",
+            ApiCall::CheckpointRead => "checkpoint_read",
         }
     }
 
-    fn from_name(name: &str) -> Option<Self> {
-        [ApiWrite::Report, ApiWrite::LeaseRenewal].into_iter().find(|w| w.as_str() == name)
-    }
-
+    /// What the API did not take or answer, as `/readyz` says it.
     fn noun(self) -> &'static str {
         match self {
-            ApiWrite::Report => "report",
-            ApiWrite::LeaseRenewal => "lease write",
+            ApiCall::Report => "taken this reader's report",
+            ApiCall::LeaseRenewal => "taken this reader's lease write",
+            ApiCall::CheckpointRead => "answered this reader's checkpoint read",
         }
     }
 
-    /// What the reader does while the write fails.
+    /// What the reader does while the call fails.
     fn meanwhile(self) -> &'static str {
         match self {
-            ApiWrite::Report => "delivery goes on, the report is retried every 5 s",
-            ApiWrite::LeaseRenewal => {
+            ApiCall::Report => "delivery goes on, the report is retried every 5 s",
+            ApiCall::LeaseRenewal => {
                 "commits wait for the API; once the lease runs out this incarnation stops receiving, and rejoins when the API is back"
+            }
+            ApiCall::CheckpointRead => {
+                "commits wait until the checkpoint is read again; receiving goes on while the lease holds, the read is retried every 250 ms"
             }
         }
     }
@@ -171,7 +179,7 @@ pub struct ReaderHealth {
     /// ReceiveMessage per queue (by name), by the same rule: SQS unreachable or refusing this
     /// reader (network, credentials, permissions) while the operator's own checks may still pass.
     receives: Mutex<Health>,
-    /// This reader's writes to the Kubernetes API ([`ApiWrite`]): said in `/readyz`'s text, never
+    /// This reader's writes to the Kubernetes API ([`ApiCall`]): said in `/readyz`'s text, never
     /// turning the reader unready (delivery needs no API call; see docs/control-plane-faults.md).
     api: Mutex<Health>,
     /// `--unready-after-seconds`, in milliseconds.
@@ -279,25 +287,27 @@ impl ReaderHealth {
         lock(&self.receives).failed(queue, Instant::now(), reason);
     }
 
-    pub(crate) fn api_answered(&self, write: ApiWrite) {
+    pub(crate) fn api_answered(&self, write: ApiCall) {
         lock(&self.api).delivered(write.as_str(), sluice_protocol::now_ms());
     }
 
-    pub(crate) fn api_failed(&self, write: ApiWrite, reason: &str) {
+    pub(crate) fn api_failed(&self, write: ApiCall, reason: &str) {
         lock(&self.api).failed(write.as_str(), Instant::now(), reason);
     }
 
-    /// While a write to the Kubernetes API has failed with none of its kind taken since: one line
+    /// While a call to the Kubernetes API has failed with none of its kind answered since: one line
     /// saying which, for how long, the last error and what the reader does meanwhile.
     pub fn api_note(&self) -> Option<String> {
         let api = lock(&self.api);
         let now = Instant::now();
-        let (name, health) = api.sinks.iter().find(|(_, h)| h.failing_since.is_some())?;
-        let write = ApiWrite::from_name(name)?;
+        // The first failing in `ApiCall::ALL`'s order: a lease write says more than a read.
+        let (write, health) = ApiCall::ALL.into_iter().find_map(|call| {
+            api.sinks.get(call.as_str()).filter(|h| h.failing_since.is_some()).map(|h| (call, h))
+        })?;
         let seconds = health.failing_since.map_or(0, |since| now.duration_since(since).as_secs());
         let error = health.last_error.as_deref().unwrap_or("no answer");
         Some(format!(
-            "the Kubernetes API has not taken this reader's {} for {seconds} s ({error}): {}",
+            "the Kubernetes API has not {} for {seconds} s ({error}): {}",
             write.noun(),
             write.meanwhile()
         ))
@@ -346,11 +356,28 @@ mod tests {
     fn an_api_write_failing_is_said_until_one_of_its_kind_is_taken() {
         let health = ReaderHealth::default();
         assert_eq!(health.api_note(), None);
-        health.api_failed(ApiWrite::Report, "client error (Connect)");
+        health.api_failed(ApiCall::Report, "client error (Connect)");
         let note = health.api_note().expect("a note while failing");
         assert!(note.starts_with("the Kubernetes API has not taken this reader's report for 0 s (client error (Connect)): delivery goes on"), "{note}");
-        health.api_answered(ApiWrite::Report);
+        health.api_answered(ApiCall::Report);
         assert_eq!(health.api_note(), None, "taken again");
+    }
+
+    #[test]
+    fn a_failing_checkpoint_read_is_said_and_a_failing_lease_write_said_first() {
+        let health = ReaderHealth::default();
+        health.api_failed(ApiCall::CheckpointRead, "client error (Connect)");
+        let note = health.api_note().expect("a note while the reads fail");
+        assert!(
+            note.starts_with("the Kubernetes API has not answered this reader's checkpoint read for 0 s"),
+            "{note}"
+        );
+        health.api_failed(ApiCall::LeaseRenewal, "client error (Connect)");
+        let note = health.api_note().expect("a note while both fail");
+        assert!(note.starts_with("the Kubernetes API has not taken this reader's lease write"), "{note}");
+        health.api_answered(ApiCall::LeaseRenewal);
+        health.api_answered(ApiCall::CheckpointRead);
+        assert_eq!(health.api_note(), None, "answered again");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use sluice_crds::{HELD_REPORT_KEY, HeldReport, ReaderHeld};
 
 use super::held::{Figures, Held};
 use crate::process::events::Fault;
-use crate::process::health::{ApiWrite, FetchReport, ReaderHealth, SinkReport};
+use crate::process::health::{ApiCall, FetchReport, ReaderHealth, SinkReport};
 use crate::process::metrics::Metrics;
 use crate::process::report::{Rates, Window};
 use crate::sink::breaker::State;
@@ -93,15 +93,15 @@ impl ReaderReport {
     }
 
     /// The Kubernetes API took `write`.
-    pub fn api_answered(&self, write: ApiWrite) {
+    pub fn api_answered(&self, write: ApiCall) {
         self.metrics.health.api_answered(write);
     }
 
     /// The Kubernetes API did not take `write`: counted under
     /// `reader_errors_total{stage="kubernetes_api"}` and said in `/readyz`'s text.
-    pub fn api_failed(&self, write: ApiWrite, error: &str) {
+    pub fn api_failed(&self, write: ApiCall, error: &str) {
         self.metrics.health.api_failed(write, error);
-        self.metrics.fault(Fault::ApiWriteFailed(write));
+        self.metrics.fault(Fault::ApiCallFailed(write));
     }
 
     /// Reports follow `held` from now on (the pollers' one, made when they start).

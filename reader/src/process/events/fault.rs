@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::process::health::ApiWrite;
+use crate::process::health::ApiCall;
 
 /// A fault worth counting, with what its labels need.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub enum Fault {
     /// A target the source names (sink queue, dead-letter queue, bucket) is missing at start.
     TargetMissing,
     /// A write to the Kubernetes API failed (its report or its lease renewal).
-    ApiWriteFailed(ApiWrite),
+    ApiCallFailed(ApiCall),
 }
 
 impl Fault {
@@ -79,7 +79,7 @@ impl Fault {
             Fault::Ack { stage, code } => (stage, Cow::Owned(code.clone())),
             Fault::StartUnreachable => fixed("start", "unreachable"),
             Fault::TargetMissing => fixed("start", "target_missing"),
-            Fault::ApiWriteFailed(write) => fixed("kubernetes_api", write.as_str()),
+            Fault::ApiCallFailed(write) => fixed("kubernetes_api", write.as_str()),
         }
     }
 }
