@@ -2,7 +2,8 @@
 //!
 //! Why SSA with `force`: the operator is the only writer of these fields, so taking them back from
 //! a stray `kubectl edit` is the intended drift correction; fields it never sends (the
-//! Deployment's `spec.replicas`, owned by `sluice-scaler`) stay with whoever set them. Applying
+//! Deployment's `spec.replicas`, owned by `sluice-scaler` once the Deployment exists) stay with
+//! whoever set them. Applying
 //! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
 //! diffing against a cache that might be stale. The Deployment goes after the objects its pods
 //! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
@@ -18,9 +19,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::access::ApiCall;
+use crate::build::starting_replicas::replicas_to_name;
 use crate::build::{Children, reader_registry};
 use crate::error::Result;
-use crate::names::FIELD_MANAGER;
+use crate::names::{FIELD_MANAGER, SCALER_FIELD_MANAGER};
 
 /// The calls `apply_children` makes: an apply is a `patch`, and a `create` when the object is new.
 pub const API_CALLS: &[ApiCall] = &[
@@ -32,6 +34,7 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("rbac.authorization.k8s.io", "roles", "create"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "patch"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ApiCall::new("apps", "deployments", "get"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
     ApiCall::new("policy", "poddisruptionbudgets", "patch"),
@@ -53,9 +56,35 @@ pub async fn apply_children(client: &Client, children: &Children) -> Result<Depl
     }
     apply(client, &children.role).await?;
     apply(client, &children.role_binding).await?;
-    let deployment = apply(client, &children.deployment).await?;
+    let deployment = apply_deployment(client, children).await?;
     apply(client, &children.disruption_budget).await?;
     Ok(deployment)
+}
+
+/// The Deployment, naming `spec.replicas` only while the reconciler must (see
+/// build/starting_replicas.rs); when it did, the autoscaler's field manager takes the field over
+/// with an apply of the same value, so the reconciler's next apply can leave it out.
+async fn apply_deployment(client: &Client, children: &Children) -> Result<Deployment> {
+    let mut deployment = children.deployment.clone();
+    let namespace = deployment.namespace().unwrap_or_default();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    let existing = api.get_opt(&deployment.name_any()).await?;
+    let named = replicas_to_name(existing.as_ref(), children.starting_replicas);
+    if let (Some(spec), Some(replicas)) = (deployment.spec.as_mut(), named) {
+        spec.replicas = Some(replicas);
+    }
+    let applied = apply(client, &deployment).await?;
+    let Some(replicas) = named else { return Ok(applied) };
+    // Only the replicas: a Deployment gone since (its source deleted) is refused as invalid, not
+    // created again.
+    let hand_over = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": applied.name_any(), "namespace": namespace },
+        "spec": { "replicas": replicas },
+    });
+    let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
+    Ok(api.patch(&applied.name_any(), &params, &Patch::Apply(&hand_over)).await?)
 }
 
 /// Withdraws a deleted source's entry from its namespace's register of reader accounts.

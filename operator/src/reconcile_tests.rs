@@ -65,6 +65,11 @@ enum Expect {
     Event { warning: bool, reason: String },
     /// The status apply.
     Status { check: Check },
+    /// The GET of the reader Deployment: 404 (it is created now), else one whose `spec.replicas`
+    /// the autoscaler owns.
+    ReadDeployment { exists: bool },
+    /// After a create, the autoscaler's field manager taking `spec.replicas` over.
+    HandOver { replicas: i64 },
 }
 
 /// The situations reconcile must handle.
@@ -109,9 +114,10 @@ fn register_apply(registered: bool) -> Expect {
 }
 
 /// The seven child applies (the register entry first), with the Deployment's config hash handed
-/// to `hash`.
-fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
-    vec![
+/// to `hash`; `created`: the Deployment is new, so its apply names the starting replicas (the
+/// default `minReplicas`, 1) and the autoscaler then takes them over.
+fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<Expect> {
+    let mut applies = vec![
         register_apply(true),
         apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
             assert_eq!(b["kind"], "ConfigMap");
@@ -127,21 +133,30 @@ fn children_applies(hash: impl Fn(&str) + Send + 'static) -> Vec<Expect> {
         apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings/orders-reader", |b| {
             assert_eq!(b["roleRef"]["name"], "orders-reader");
         }),
+        Expect::ReadDeployment { exists: !created },
         apply("/apis/apps/v1/namespaces/shop/deployments/orders-reader", move |b| {
-            assert!(b["spec"].get("replicas").is_none(), "reconcile must not set replicas");
+            if created {
+                assert_eq!(b["spec"]["replicas"], 1, "a new Deployment starts at minReplicas: {b}");
+            } else {
+                assert!(b["spec"].get("replicas").is_none(), "the autoscaler's field once it exists: {b}");
+            }
             let h = &b["spec"]["template"]["metadata"]["annotations"]["sluice.dev/config-hash"];
             hash(h.as_str().unwrap_or_default());
         }),
-        apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
-            assert_eq!(b["spec"]["maxUnavailable"], 1);
-        }),
-    ]
+    ];
+    if created {
+        applies.push(Expect::HandOver { replicas: 1 });
+    }
+    applies.push(apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
+        assert_eq!(b["spec"]["maxUnavailable"], 1);
+    }));
+    applies
 }
 
 fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect> {
     match scenario {
         Scenario::Create => {
-            let mut e = children_applies(|h| assert_eq!(h.len(), 16));
+            let mut e = children_applies(|h| assert_eq!(h.len(), 16), true);
             e.push(event(false, "ConfigApplied"));
             e.push(status(|s| {
                 assert_eq!(s["observedGeneration"], 1);
@@ -158,11 +173,12 @@ fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect>
         }
         Scenario::NoOp => {
             let expected = create_hash.unwrap_or_default();
-            children_applies(move |h| assert_eq!(h, expected))
+            children_applies(move |h| assert_eq!(h, expected), false)
         }
         Scenario::SpecChange => {
             let old = create_hash.unwrap_or_default();
-            let mut e = children_applies(move |h| assert_ne!(h, old, "a spec change must roll the pods"));
+            let mut e =
+                children_applies(move |h| assert_ne!(h, old, "a spec change must roll the pods"), false);
             e.push(event(false, "ConfigApplied"));
             e.push(status(|s| assert_eq!(s["observedGeneration"], 2)));
             e
@@ -186,7 +202,7 @@ fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect>
             }),
         ],
         Scenario::QueueMissing => {
-            let mut e = children_applies(|_| {});
+            let mut e = children_applies(|_| {}, true);
             e.push(event(false, "ConfigApplied"));
             e.push(event(true, "QueueDoesNotExist"));
             e.push(status(|s| {
@@ -234,6 +250,23 @@ fn respond(send: mock::SendResponse<Response<Body>>, value: &Value) {
     }
 }
 
+/// A reader Deployment whose `spec.replicas` the autoscaler owns.
+fn scaled_deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "orders-reader",
+            "namespace": "shop",
+            "managedFields": [
+                { "manager": "sluice-scaler", "operation": "Update", "fieldsType": "FieldsV1",
+                  "fieldsV1": { "f:spec": { "f:replicas": {} } } },
+            ],
+        },
+        "spec": { "replicas": 2, "selector": {}, "template": {} },
+    })
+}
+
 fn not_found(send: mock::SendResponse<Response<Body>>) {
     let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
         "message": "sqssources.sluice.dev \"orders\" not found"});
@@ -251,6 +284,8 @@ async fn verify(
     expects: Vec<Expect>,
 ) -> Vec<Value> {
     let mut seen = Vec::new();
+    // The Deployment as the last apply answered it: what the hand-over answers too.
+    let mut deployment = Value::Null;
     for (i, expect) in expects.into_iter().enumerate() {
         let next = tokio::time::timeout(STEP, handle.next_request()).await;
         let Ok(Some((request, send))) = next else {
@@ -291,6 +326,7 @@ async fn verify(
                 if answer["kind"] == "Deployment" {
                     answer["metadata"]["generation"] = json!(1);
                     answer["status"] = json!({"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1});
+                    deployment = answer.clone();
                 }
                 respond(send, &answer);
             }
@@ -304,6 +340,25 @@ async fn verify(
                 assert_eq!(body["type"], if warning { "Warning" } else { "Normal" });
                 assert_eq!(body["regarding"]["name"], source.metadata.name.clone().unwrap_or_default());
                 respond(send, &body);
+            }
+            Expect::ReadDeployment { exists } => {
+                let want = "/apis/apps/v1/namespaces/shop/deployments/orders-reader";
+                assert_eq!((&method, path.as_str()), (&Method::GET, want), "request {i}");
+                if exists {
+                    respond(send, &scaled_deployment());
+                } else {
+                    not_found(send);
+                }
+            }
+            Expect::HandOver { replicas } => {
+                let want = "/apis/apps/v1/namespaces/shop/deployments/orders-reader";
+                assert_eq!((&method, path.as_str()), (&Method::PATCH, want), "request {i}");
+                assert!(
+                    query.contains("fieldManager=sluice-scaler") && query.contains("force=true"),
+                    "{query}"
+                );
+                assert_eq!(body["spec"], json!({ "replicas": replicas }), "only the replicas: {body}");
+                respond(send, &deployment);
             }
             Expect::Status { check } => {
                 let want = format!(
@@ -406,7 +461,11 @@ async fn create_applies_children_and_reports_ready() {
     let (action, bodies) =
         run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
-    assert_eq!(bodies.len(), 10, "the read, the register entry, six children, an event, the status");
+    assert_eq!(
+        bodies.len(),
+        12,
+        "the read, the register entry, six children, the Deployment's read and hand-over, an event, the status"
+    );
 }
 
 #[tokio::test]
@@ -417,8 +476,8 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
     assert_eq!(
         bodies.len(),
-        8,
-        "the read, the register entry and the six children: no event and no status write"
+        9,
+        "the read, the register entry, the Deployment's read and the six children: no event and no status write"
     );
 }
 
@@ -498,13 +557,19 @@ async fn a_source_removed_mid_reconcile_is_not_a_failure() {
     let (ctx, mut handle) = context(healthy_queue());
     let server = tokio::spawn(async move {
         let mut seen = Vec::new();
+        let mut deployment = Value::Null;
         let quiet = Duration::from_millis(500);
         while let Ok(Some((request, send))) = tokio::time::timeout(quiet, handle.next_request()).await {
             let method = request.method().clone();
             let path = request.uri().path().to_owned();
+            let query = request.uri().query().unwrap_or_default().to_owned();
             let body = body_json(request).await;
             seen.push(format!("{method} {path} {}", body["reason"].as_str().unwrap_or_default()));
-            if method == Method::GET {
+            if method == Method::GET && path.contains("/deployments/") {
+                not_found(send);
+            } else if query.contains("fieldManager=sluice-scaler") {
+                respond(send, &deployment);
+            } else if method == Method::GET {
                 respond(
                     send,
                     &serde_json::to_value(held(fixtures::source(fixtures::BASIC))).unwrap_or_default(),
@@ -512,6 +577,9 @@ async fn a_source_removed_mid_reconcile_is_not_a_failure() {
             } else if path.ends_with("/status") {
                 not_found(send);
             } else {
+                if body["kind"] == "Deployment" {
+                    deployment = body.clone();
+                }
                 respond(send, &body);
             }
         }

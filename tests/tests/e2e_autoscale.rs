@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use k8s_openapi::api::apps::v1::Deployment;
 use sluice_tests::kubelet::SIGKILL_NOTE as KUBELET_SIGKILL;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::sinkserver::SinkServer;
@@ -175,6 +176,22 @@ fn check_drains(system: &System) -> Result<(usize, usize)> {
     Ok((stopped, drained))
 }
 
+/// The field managers holding the reader Deployment's `spec.replicas`.
+async fn replicas_owners(system: &System) -> Result<Vec<String>> {
+    let api: kube::Api<Deployment> = kube::Api::namespaced(system.client.clone(), &system.namespace);
+    let deployment = api.get(&format!("{SOURCE}-reader")).await?;
+    let entries = deployment.metadata.managed_fields.unwrap_or_default();
+    Ok(entries
+        .into_iter()
+        .filter(|e| {
+            e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:spec").and_then(|s| s.get("f:replicas")).is_some())
+        })
+        .filter_map(|e| e.manager)
+        .collect())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_20000_scales_zero_to_max_and_back_to_zero_without_loss() -> Result<()> {
     let endpoint = LocalStack::ensure().await?;
@@ -194,6 +211,18 @@ async fn a_burst_of_20000_scales_zero_to_max_and_back_to_zero_without_loss() -> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     println!("idle: spec.replicas = 0, no reader process");
+    // Created at zero: no reader pod ever ran (a Deployment created without replicas starts one
+    // for the autoscaler to stop), and the autoscaler's field manager owns the field from the start.
+    let prefix = format!("{}_{SOURCE}-reader-", system.namespace);
+    let started: Vec<_> = system
+        .pod_logs()
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+        .collect();
+    assert!(started.is_empty(), "reader pods ran before any message: {started:?}");
+    let owners = replicas_owners(&system).await?;
+    println!("spec.replicas owned by {owners:?}");
+    assert!(owners.iter().any(|m| m == "sluice-scaler"), "the autoscaler must own spec.replicas: {owners:?}");
 
     let start = Instant::now();
     let mut seen = BTreeMap::new();

@@ -2,8 +2,9 @@
 //!
 //! Why these choices:
 //! - `spec.replicas` is never set here: the autoscaler owns it under its own field manager, and a
-//!   value in our apply would fight it on every reconcile. A new Deployment gets Kubernetes'
-//!   default of one replica until the autoscaler acts.
+//!   value in our apply would fight it on every reconcile. Only the apply that creates the
+//!   Deployment names it (build/starting_replicas.rs), else a new source would start one reader
+//!   whatever its `minReplicas`.
 //! - The config hash on the pod template is what rolls the pods when `source.yaml` changes; a
 //!   mounted ConfigMap alone would be refreshed in place, unnoticed by a running reader.
 //! - AWS keys reach the pod only through `secretKeyRef`, so they never pass through the operator.

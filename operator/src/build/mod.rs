@@ -13,6 +13,7 @@ pub mod rbac;
 pub mod reader_registry;
 pub mod service_account;
 pub mod sink_secrets;
+pub mod starting_replicas;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
@@ -29,8 +30,8 @@ use crate::names;
 use crate::validate::Validated;
 
 /// Everything one source needs in its namespace. `spec.replicas` of the Deployment is left unset:
-/// the autoscaler owns it (field manager `sluice-scaler`); without the autoscaler, Kubernetes
-/// defaults a new Deployment to one replica.
+/// the autoscaler owns it (field manager `sluice-scaler`); the apply that creates the Deployment
+/// names `starting_replicas` and hands the field over (see `starting_replicas`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     pub config_map: ConfigMap,
@@ -42,6 +43,8 @@ pub struct Children {
     pub role: Role,
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
+    /// The replicas a new Deployment starts with, before the autoscaler's first reading.
+    pub starting_replicas: i32,
     pub disruption_budget: PodDisruptionBudget,
     /// Hash of the rendered configuration; also on the pod template, so a change rolls the pods.
     pub config_hash: String,
@@ -66,6 +69,7 @@ pub fn build(valid: &Validated<'_>) -> Result<Children> {
         role: rbac::role(valid, &owner),
         role_binding,
         deployment: deployment::deployment(valid, &owner, &config_hash),
+        starting_replicas: starting_replicas::starting_replicas(&valid.source.spec),
         disruption_budget: disruption::disruption_budget(valid, &owner),
         config_hash,
     })
