@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use kube::Api;
+use nix::sys::signal::Signal;
 use sluice_crds::SqsSource;
 
 use crate::cluster::{Cluster, Options};
+use crate::controlplane::{Component, ControlPlane, RESTART_GRACE};
 use crate::localstack::{
     LocalStack, Outgoing, QueueOptions, TestQueue, body_for, s3_client, seq_of, sqs_client,
 };
@@ -54,6 +56,37 @@ pub struct SideBySide {
     /// Messages sent to each queue so far.
     sent: u64,
     seen_conditions: BTreeSet<String>,
+}
+
+/// The part of the control plane an outage takes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    ApiServer,
+    Etcd,
+}
+
+impl Part {
+    fn name(self) -> &'static str {
+        match self {
+            Part::ApiServer => "the API server",
+            Part::Etcd => "etcd",
+        }
+    }
+
+    /// Whose start the API server's readiness is counted from.
+    fn whose(self) -> &'static str {
+        match self {
+            Part::ApiServer => "its",
+            Part::Etcd => "etcd's",
+        }
+    }
+
+    fn of(self, plane: &mut ControlPlane) -> &mut Component {
+        match self {
+            Part::ApiServer => plane.apiserver(),
+            Part::Etcd => plane.etcd(),
+        }
+    }
 }
 
 /// What one look at both sources found.
@@ -222,6 +255,40 @@ impl SideBySide {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// A whole outage of `part`: stops it (SIGTERM, killed if it lingers), feeds `batch` more
+    /// messages to each source, runs `meanwhile` (what a client sees then), rides the outage out
+    /// for `outage` from the stop ([`Self::ride_out`], `/readyz` read `look_at` into it), starts
+    /// `part` again and waits until both sources flow ([`Self::wait_flowing`]).
+    pub async fn outage(
+        &mut self,
+        part: Part,
+        batch: usize,
+        (outage, look_at): (Duration, Duration),
+        meanwhile: impl AsyncFnOnce(&Self),
+    ) -> Result<()> {
+        let what = part.name();
+        let stopped = Instant::now();
+        part.of(self.cluster.control_plane().context("an outage needs a private cluster")?)
+            .stop(Signal::SIGTERM, RESTART_GRACE);
+        let at_stop = self.progress().await?;
+        self.say(&format!("{what} stopped at {at_stop}"));
+        self.feed(batch).await?;
+        meanwhile(self).await;
+        let away = self.ride_out(what, stopped, at_stop, outage, look_at).await?;
+
+        let back = Instant::now();
+        let plane = self.cluster.control_plane().context("an outage needs a private cluster")?;
+        part.of(plane).resume()?;
+        plane.wait_ready(Duration::from_secs(120)).await?;
+        self.say(&format!(
+            "API server ready again {:.1} s after {} start",
+            back.elapsed().as_secs_f64(),
+            part.whose()
+        ));
+        self.wait_flowing(away, Duration::from_secs(120)).await?;
+        Ok(())
     }
 
     /// Waits out an outage of `what` that began at `stopped` (the sources then at `at_stop`) until

@@ -15,10 +15,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use nix::sys::signal::Signal;
 use sluice_tests::cluster::Options;
-use sluice_tests::controlplane::RESTART_GRACE;
-use sluice_tests::side_by_side::{Progress, SideBySide};
+use sluice_tests::side_by_side::{Part, Progress, SideBySide};
 
 const OUTAGE: Duration = Duration::from_secs(30);
 /// Messages per source per phase (before the restart, between, during the outage).
@@ -44,19 +42,7 @@ async fn both_guarantees_ride_out_an_api_server_restart_and_a_30_s_outage() -> R
     run.wait_flowing(before, Duration::from_secs(90)).await?;
 
     // Away for 30 s, from the SIGTERM (it stops listening at once; killed if it lingers).
-    let stopped = Instant::now();
-    run.cluster.control_plane().expect("a private cluster").apiserver().stop(Signal::SIGTERM, RESTART_GRACE);
-    let at_stop = run.progress().await?;
-    run.say(&format!("API server stopped at {at_stop}"));
-    run.feed(BATCH).await?;
-    let away = run.ride_out("the API server", stopped, at_stop, OUTAGE, Duration::from_secs(20)).await?;
-
-    let back = Instant::now();
-    let plane = run.cluster.control_plane().expect("a private cluster");
-    plane.apiserver().resume()?;
-    plane.wait_ready(Duration::from_secs(120)).await?;
-    run.say(&format!("API server ready again {:.1} s after its start", back.elapsed().as_secs_f64()));
-    run.wait_flowing(away, Duration::from_secs(120)).await?;
+    run.outage(Part::ApiServer, BATCH, (OUTAGE, Duration::from_secs(20)), async |_| {}).await?;
 
     run.conclude(Duration::from_secs(180), true).await?;
     run.shutdown().await?;

@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use nix::sys::signal::Signal;
 use sluice_tests::cluster::Options;
-use sluice_tests::controlplane::RESTART_GRACE;
-use sluice_tests::side_by_side::{Progress, SideBySide};
+use sluice_tests::side_by_side::{Part, Progress, SideBySide};
 
 const OUTAGE: Duration = Duration::from_secs(30);
 const BATCH: usize = 1000;
@@ -32,35 +30,22 @@ async fn both_guarantees_ride_out_etcd_away_for_30_s_behind_a_running_api_server
     run.feed(BATCH).await?;
     run.wait_flowing(Progress::default(), Duration::from_secs(90)).await?;
 
-    let stopped = Instant::now();
-    run.cluster.control_plane().expect("a private cluster").etcd().stop(Signal::SIGTERM, RESTART_GRACE);
-    let at_stop = run.progress().await?;
-    run.say(&format!("etcd stopped at {at_stop}"));
-    run.feed(BATCH).await?;
     // What a client sees meanwhile: the API server answers, with an error.
-    let probe = Instant::now();
-    let answer = tokio::time::timeout(
-        Duration::from_secs(10),
-        Api::<ConfigMap>::namespaced(run.system.client.clone(), &run.system.namespace).get_opt("probe"),
-    )
-    .await;
-    let said = match answer {
-        Ok(Ok(_)) => "an answer (etcd not yet missed)".to_owned(),
-        Ok(Err(e)) => format!("error: {e}"),
-        Err(_) => "no answer in 10 s".to_owned(),
+    let probe = async |run: &SideBySide| {
+        let asked = Instant::now();
+        let configmaps = Api::<ConfigMap>::namespaced(run.system.client.clone(), &run.system.namespace);
+        let answer = tokio::time::timeout(Duration::from_secs(10), configmaps.get_opt("probe")).await;
+        let said = match answer {
+            Ok(Ok(_)) => "an answer (etcd not yet missed)".to_owned(),
+            Ok(Err(e)) => format!("error: {e}"),
+            Err(_) => "no answer in 10 s".to_owned(),
+        };
+        run.say(&format!(
+            "a GET through the API server with etcd away: {said} after {:.1} s",
+            asked.elapsed().as_secs_f64()
+        ));
     };
-    run.say(&format!(
-        "a GET through the API server with etcd away: {said} after {:.1} s",
-        probe.elapsed().as_secs_f64()
-    ));
-    let away = run.ride_out("etcd", stopped, at_stop, OUTAGE, Duration::from_secs(22)).await?;
-
-    let back = Instant::now();
-    let plane = run.cluster.control_plane().expect("a private cluster");
-    plane.etcd().resume()?;
-    plane.wait_ready(Duration::from_secs(120)).await?;
-    run.say(&format!("API server ready again {:.1} s after etcd's start", back.elapsed().as_secs_f64()));
-    run.wait_flowing(away, Duration::from_secs(120)).await?;
+    run.outage(Part::Etcd, BATCH, (OUTAGE, Duration::from_secs(22)), probe).await?;
 
     // The operator's client waits for the API server's own timeout (60 s) on every call, so through
     // a 30 s etcd outage it has nothing to warn of yet: its lines are counted, not required.

@@ -15,9 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::ListParams;
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::outage::Outage;
@@ -52,30 +50,6 @@ async fn wait_reason(system: &System, reason: &str) -> Result<(String, String, S
         Ok(match condition {
             Some(c) if c.1 == reason => Check::Met(c),
             other => Check::NotYet(format!("Fallback condition not {reason}: {other:?}")),
-        })
-    })
-    .await
-}
-
-/// The notes of the source's events with `reason`.
-async fn events(system: &System, reason: &str) -> Result<Vec<String>> {
-    let api: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(SOURCE))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.note.unwrap_or_default())
-        .collect())
-}
-
-async fn wait_event(system: &System, reason: &str) -> Result<String> {
-    poll::until(WITHIN, Duration::from_millis(250), || async {
-        Ok(match events(system, reason).await?.into_iter().next() {
-            Some(note) => Check::Met(note),
-            None => Check::NotYet(format!("no {reason} event yet")),
         })
     })
     .await
@@ -129,7 +103,7 @@ async fn a_blind_scaler_applies_its_fallback_and_resumes_when_it_sees_again() ->
     println!("status.fallback: {fallback}");
     ensure!(fallback["behavior"] == "atLeastCurrent" && fallback["replicas"] == 1, "{fallback}");
     ensure!(fallback["consecutiveFailures"].as_u64() >= Some(3), "{fallback}");
-    let note = wait_event(&system, "FallbackApplied").await?;
+    let note = system.wait_source_event(SOURCE, "FallbackApplied", WITHIN).await?;
     println!("event FallbackApplied: {note}");
 
     // Held while the path stays down: never back to zero, however long nothing was seen. The
@@ -156,7 +130,7 @@ async fn a_blind_scaler_applies_its_fallback_and_resumes_when_it_sees_again() ->
         restored_at.elapsed().as_secs_f64(),
         readable.0
     );
-    let note = wait_event(&system, "FallbackEnded").await?;
+    let note = system.wait_source_event(SOURCE, "FallbackEnded", WITHIN).await?;
     println!("event FallbackEnded: {note}");
     let (_, fallback) = fallback_state(&system).await?;
     ensure!(fallback.is_none(), "status.fallback stays after the queue is readable: {fallback:?}");

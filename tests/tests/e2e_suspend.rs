@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::ListParams;
 use sluice_crds::SqsSource;
 use sluice_protocol::{Checkpoint, checkpoint_configmap_name};
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, s3_client, seq_of, sqs_client};
@@ -81,30 +79,6 @@ async fn open_epoch(api: &Api<ConfigMap>) -> Result<Option<u64>> {
     }
 }
 
-/// The source's events as (reason, note).
-async fn events(system: &System) -> Result<Vec<(String, String)>> {
-    let api: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(SOURCE))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect())
-}
-
-async fn wait_event(system: &System, reason: &str) -> Result<String> {
-    poll::until(Duration::from_secs(30), Duration::from_millis(250), || async {
-        let found = events(system).await?.into_iter().find(|(r, _)| r == reason);
-        Ok(match found {
-            Some((_, note)) => Check::Met(note),
-            None => Check::NotYet(format!("no {reason} event yet")),
-        })
-    })
-    .await
-}
-
 /// Suspends, checks the source stands still, and prints what it saw.
 async fn suspend_and_watch(system: &System, yaml: &str, start: Instant) -> Result<()> {
     system.apply_source(yaml).await?;
@@ -115,7 +89,7 @@ async fn suspend_and_watch(system: &System, yaml: &str, start: Instant) -> Resul
     })
     .await?;
     println!("[{:6.1}s] no reader process left", start.elapsed().as_secs_f64());
-    let note = wait_event(system, "Suspended").await?;
+    let note = system.wait_source_event(SOURCE, "Suspended", Duration::from_secs(30)).await?;
     let sources: Api<SqsSource> = Api::namespaced(system.client.clone(), &system.namespace);
     let status = sources.get(SOURCE).await?.status.unwrap_or_default();
     let scaling = status.conditions.iter().find(|c| c.type_ == "Scaling").context("no Scaling condition")?;
@@ -192,7 +166,7 @@ async fn an_exactly_once_source_suspended_mid_stream_resumes_without_loss_or_dup
 
     system.apply_source(&source_yaml(&queue, &bucket, &endpoint, false)).await?;
     println!("[{:6.1}s] applied spec.suspend: false", start.elapsed().as_secs_f64());
-    let note = wait_event(&system, "Resumed").await?;
+    let note = system.wait_source_event(SOURCE, "Resumed", Duration::from_secs(30)).await?;
     println!("Resumed event: {note}");
     let counts = poll::until(Duration::from_secs(300), Duration::from_secs(1), || async {
         let counts = s3_counts(&s3, &bucket).await?;

@@ -28,6 +28,8 @@ use crate::kubeconfig;
 use crate::kubelet::PodInfo;
 use crate::poll::{self, Check};
 
+mod events;
+
 /// Field manager of what the harness applies (the user's `kubectl apply`).
 const MANAGER: &str = "sluice-e2e";
 
