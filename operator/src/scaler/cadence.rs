@@ -14,13 +14,16 @@ use sluice_crds::ScalingSpec;
 
 use super::task::Tick;
 
-/// The wait after an interval that ended with `outcome` (`None`: the interval failed).
-pub fn next_interval(spec: &ScalingSpec, outcome: Option<&Tick>) -> Duration {
+/// The wait after an interval that ended with `outcome` (`None`: the interval failed);
+/// `missing`: how many intervals in a row, this one included, found no reader Deployment.
+pub fn next_interval(spec: &ScalingSpec, outcome: Option<&Tick>, missing: u32) -> Duration {
     let busy = seconds(spec.poll_interval_seconds);
     if matches!(outcome, Some(Tick::NoDeployment)) {
-        // The reconciler creates it within a second or so, and the API server defaults it to one
-        // replica: size it as soon as it is there.
-        return Duration::from_secs(1).min(busy);
+        // The reconciler usually creates it within a second, at the source's starting replicas;
+        // when a thousand sources are applied at once it takes longer, and a thousand loops asking
+        // every second would crowd the API server the reconciler is creating them through. So 1,
+        // 2, 4 s and on, up to the poll interval.
+        return Duration::from_secs(1 << missing.saturating_sub(1).min(6)).min(busy);
     }
     let idle = match outcome {
         Some(Tick::Decided { current, decision }) => {
@@ -63,22 +66,30 @@ mod tests {
     fn an_idle_source_polls_at_the_idle_interval_and_a_busy_one_at_the_poll_interval() {
         let spec = ScalingSpec { min_replicas: 0, ..ScalingSpec::default() };
         let s = Duration::from_secs;
-        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 0))), s(30));
-        assert_eq!(next_interval(&spec, Some(&Tick::Suspended)), s(30));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 0)), 0), s(30));
+        assert_eq!(next_interval(&spec, Some(&Tick::Suspended), 0), s(30));
         // A reading with work (a wake-up waiting for its confirming reading) or running readers.
-        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 3))), s(5));
-        assert_eq!(next_interval(&spec, Some(&decided(0, 1, 3))), s(5));
-        assert_eq!(next_interval(&spec, Some(&decided(1, 0, 0))), s(5));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 3)), 0), s(5));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 1, 3)), 0), s(5));
+        assert_eq!(next_interval(&spec, Some(&decided(1, 0, 0)), 0), s(5));
         // A failed interval: the usual pace; a Deployment not there yet: looked for again soon.
-        assert_eq!(next_interval(&spec, None), s(5));
-        assert_eq!(next_interval(&spec, Some(&Tick::NoDeployment)), s(1));
+        assert_eq!(next_interval(&spec, None, 0), s(5));
+        assert_eq!(next_interval(&spec, Some(&Tick::NoDeployment), 1), s(1));
+    }
+
+    #[test]
+    fn a_deployment_not_there_yet_is_looked_for_again_ever_later_up_to_the_poll_interval() {
+        let spec = ScalingSpec::default();
+        let waits: Vec<u64> =
+            (1..=5).map(|n| next_interval(&spec, Some(&Tick::NoDeployment), n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 5, 5]);
     }
 
     #[test]
     fn a_backlog_at_or_under_the_activation_threshold_is_idle() {
         let spec = ScalingSpec { min_replicas: 0, activation_threshold: 10, ..ScalingSpec::default() };
-        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 10))), Duration::from_secs(30));
-        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 11))), Duration::from_secs(5));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 10)), 0), Duration::from_secs(30));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 11)), 0), Duration::from_secs(5));
     }
 
     #[test]
@@ -89,6 +100,6 @@ mod tests {
             idle_poll_interval_seconds: 30,
             ..ScalingSpec::default()
         };
-        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 0))), Duration::from_secs(60));
+        assert_eq!(next_interval(&spec, Some(&decided(0, 0, 0)), 0), Duration::from_secs(60));
     }
 }

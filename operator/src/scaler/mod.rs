@@ -38,6 +38,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use sluice_crds::SqsSource;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use attributes::{QueueAttributes, SqsQueueAttributes};
@@ -88,6 +89,7 @@ pub fn run(
         client,
         queues,
         metrics: Metrics::register(registry),
+        ticks: Arc::new(Semaphore::new(task::TICKS_AT_ONCE)),
     };
     supervise(ctx, scope, shutdown)
 }

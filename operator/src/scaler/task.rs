@@ -20,6 +20,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::SqsSource;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{self, ScaleStatus};
@@ -41,7 +42,17 @@ pub struct Context {
     pub queues: Arc<dyn QueueAttributes>,
     pub metrics: Metrics,
     pub recorder: Recorder,
+    /// Intervals in progress at once, across every source (see [`TICKS_AT_ONCE`]).
+    pub ticks: Arc<Semaphore>,
 }
+
+/// How many sources' intervals run at once. Why a bound: an operator started beside a thousand
+/// sources starts a thousand loops together, each making its API calls and a GetQueueAttributes
+/// at once; the API server's priority and fairness then answers the operator's own flow with 429s,
+/// its leader Lease renewal among them (a real run lost the Lease that way and the operator
+/// exited). An interval takes tens of milliseconds, so this many at a time still reads a thousand
+/// sources within a few seconds.
+pub const TICKS_AT_ONCE: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TickError {
@@ -104,6 +115,11 @@ pub async fn tick(
         return suspend::hold(ctx, source, state, &deployments, now).await;
     }
     suspend::resume(ctx, source, state).await;
+    // The Deployment first: until the reconciler has made it there is nothing to size, and no
+    // reason to spend a GetQueueAttributes.
+    let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
+        return Ok(Tick::NoDeployment);
+    };
     let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
     let figures = match crate::aws_requests::for_source(&namespace, &name, figures).await {
         Ok(figures) => figures,
@@ -115,9 +131,6 @@ pub async fn tick(
             }
             return Err(error.into());
         }
-    };
-    let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
-        return Ok(Tick::NoDeployment);
     };
     let sized = sized_by_scaler(&deployment);
     let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
@@ -305,14 +318,20 @@ pub async fn run_source(
 ) {
     let mut state = SourceState::default();
     let mut labels = None;
+    let mut missing = 0;
     while let Some(source) = store.get(&key) {
         let started = tokio::time::Instant::now();
         let source_labels = labels_of(&source);
-        let outcome = tick(&ctx, &source, &mut state, Timestamp::now()).await;
+        let outcome = {
+            // Closed only when the operator stops, which ends this loop as well.
+            let Ok(_turn) = ctx.ticks.acquire().await else { return };
+            tick(&ctx, &source, &mut state, Timestamp::now()).await
+        };
         // The scaler is blind while this fails (SluiceScalerBlind in deploy/observability/).
         ctx.metrics.queue_read(&source_labels, matches!(outcome, Err(TickError::Queue(_))));
         ctx.metrics.suspended(&source_labels, source.spec.suspend);
-        let interval = cadence::next_interval(&source.spec.scaling, outcome.as_ref().ok());
+        missing = if matches!(outcome, Ok(Tick::NoDeployment)) { missing + 1 } else { 0 };
+        let interval = cadence::next_interval(&source.spec.scaling, outcome.as_ref().ok(), missing);
         match outcome {
             Ok(Tick::NoDeployment) => {
                 tracing::debug!("reader deployment not there yet");
