@@ -13,8 +13,8 @@ pub mod audit;
 mod binaries;
 mod component;
 pub mod flags;
+mod ports;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use nix::sys::signal::Signal;
 pub use binaries::locate as binaries;
 pub use component::{Component, stop_process};
 use flags::{Files, Ports, Tuning};
+pub use ports::free_port;
 
 use crate::kubeconfig::{self, Credentials};
 use crate::pki::{self, Identity, Pki};
@@ -293,10 +294,4 @@ async fn readyz(admin: &Path) -> Result<()> {
         bail!("/readyz said {text}");
     }
     Ok(())
-}
-
-/// A free loopback port (bound, read, released: another process may take it meanwhile, which the
-/// component's start then reports).
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
