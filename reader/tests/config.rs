@@ -37,7 +37,10 @@ async fn an_unreachable_endpoint_is_retried_while_not_ready() {
     let yaml = source(QUEUE, "http://127.0.0.1:9").yaml();
     let mut reader = Reader::start(&yaml, &[]);
     let mut warnings = 0;
-    for _ in 0..200 {
+    // Up to 40 s: a second WARN comes no sooner than the events' 10 s window and then at the next
+    // retry of the backoff (1, 2, 4, 8 s: about 15 s after the first), plus the reader's start; a
+    // bound of 20 s was missed once on a busy machine. The loop ends at the second line.
+    for _ in 0..400 {
         warnings = reader
             .stderr()
             .lines()
