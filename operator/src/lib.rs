@@ -14,6 +14,7 @@ pub mod apply;
 pub mod aws_requests;
 pub mod backoff;
 pub mod build;
+pub mod cache_watch;
 pub mod cli;
 pub mod condition_patch;
 pub mod conditions;

@@ -11,11 +11,9 @@
 
 use std::collections::HashSet;
 use std::fmt::Display;
-use std::pin::pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use kube::Client;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -70,34 +68,7 @@ async fn watch(
     stop: CancellationToken,
 ) {
     let events = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
-    let mut events = pin!(events);
-    let mut failing_since: Option<Instant> = None;
-    loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            event = events.next() => event,
-        };
-        match event {
-            Some(Ok(_)) => {
-                if let Some(since) = failing_since.take() {
-                    tracing::info!(
-                        task,
-                        failed_for_s = since.elapsed().as_secs(),
-                        "watching SqsSources again"
-                    );
-                }
-            }
-            Some(Err(error)) => {
-                if failing_since.is_none() {
-                    let error = crate::error::watch_line(&error);
-                    tracing::warn!(task, %error,
-                        "cannot watch SqsSources; {stale} for sources created or changed until it works (retried with backoff)");
-                    failing_since = Some(Instant::now());
-                }
-            }
-            None => return,
-        }
-    }
+    crate::cache_watch::follow(events, task, "SqsSources", stale, stop).await;
 }
 
 /// The sources whose step fails, so that a failure is one WARN line when it starts and one INFO

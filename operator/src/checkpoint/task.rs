@@ -64,8 +64,13 @@ async fn coordinate(client: Client, scope: Scope, metrics: Metrics, shutdown: Ca
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks =
-        SourceTicks::new(client.clone(), &scope, TICK, "checkpoint", "no epoch is opened or committed");
+    let mut ticks = SourceTicks::new(
+        client.clone(),
+        &scope,
+        TICK,
+        "checkpoint",
+        "no epoch is opened or committed for sources created or changed",
+    );
     let mut reported: HashMap<(String, String), Reported> = HashMap::new();
     let mut failing = FailingSources::default();
     while let Some(sources) = ticks.next(&shutdown).await {

@@ -62,7 +62,13 @@ async fn follow(
     let reporter =
         EventReporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(client.clone(), &scope, TICK, "replay", "replay requests wait");
+    let mut ticks = SourceTicks::new(
+        client.clone(),
+        &scope,
+        TICK,
+        "replay",
+        "replay requests wait for sources created or changed",
+    );
     let mut jobs: HashMap<(String, String), Running> = HashMap::new();
     while let Some(sources) = ticks.next(&shutdown).await {
         let mut wanted = HashMap::new();

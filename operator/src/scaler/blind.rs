@@ -21,7 +21,7 @@ use super::fallback::{self, Blindness, FALLBACK, Sight, Verdict};
 use super::metrics::SourceLabels;
 use super::task::{Change, Context, SourceState, TickError, apply_replicas, write_status};
 use crate::condition_patch::{condition_patch, since};
-use crate::names::{SCALER_FIELD_MANAGER, reader_name};
+use crate::names::SCALER_FIELD_MANAGER;
 
 fn labels_of(source: &SqsSource) -> SourceLabels {
     SourceLabels { namespace: source.namespace().unwrap_or_default(), source: source.name_any() }
@@ -49,10 +49,11 @@ pub async fn interval(
         None => Blindness::first(now, line),
     };
     state.blindness = Some(blindness.clone());
-    let Some(deployment) = deployments.get_opt(&reader_name(&source.name_any())).await? else {
+    let namespace = source.namespace().ok_or(TickError::Incomplete)?;
+    let Some(deployment) = ctx.children.deployment(&namespace, &source.name_any()) else {
         return Ok(());
     };
-    let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let current = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let spec = &source.spec.scaling;
     let sight = fallback::sight(spec, Some(&blindness), current);
     ctx.metrics.sight(&labels_of(source), blindness.failures, sight.applies());

@@ -11,6 +11,7 @@ pub mod apply;
 pub mod attributes;
 mod blind;
 pub mod cadence;
+pub mod children;
 pub mod decision;
 pub mod drain;
 pub mod fallback;
@@ -42,6 +43,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use attributes::{QueueAttributes, SqsQueueAttributes};
+use children::Children;
 pub use decision::{Decision, Observation, backlog, decide};
 pub use history::History;
 pub use metrics::Metrics;
@@ -56,12 +58,14 @@ pub const API_CALLS: &[ApiCall] = &[
     // The reflector over all SqsSources.
     ApiCall::new("sluice.dev", "sqssources", "list"),
     ApiCall::new("sluice.dev", "sqssources", "watch"),
-    // Read the reader Deployment, apply its spec.replicas.
-    ApiCall::new("apps", "deployments", "get"),
+    // Watch the reader Deployments (see `children`), patch their spec.replicas.
+    ApiCall::new("apps", "deployments", "list"),
+    ApiCall::new("apps", "deployments", "watch"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
-    // List the lease ConfigMaps, apply the checkpoint ConfigMap's `replicas` key.
+    // Watch the lease ConfigMaps, apply the checkpoint ConfigMap's `replicas` key.
     ApiCall::new("", "configmaps", "list"),
+    ApiCall::new("", "configmaps", "watch"),
     ApiCall::new("", "configmaps", "patch"),
     ApiCall::new("", "configmaps", "create"),
     ApiCall::new("sluice.dev", "sqssources/status", "patch"),
@@ -84,14 +88,18 @@ pub fn run(
 ) -> impl Future<Output = ()> + Send + 'static {
     let reporter =
         Reporter { controller: SCALER_FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
-    let ctx = Context {
-        recorder: Recorder::new(client.clone(), reporter),
-        client,
-        queues,
-        metrics: Metrics::register(registry),
-        ticks: Arc::new(Semaphore::new(task::TICKS_AT_ONCE)),
-    };
-    supervise(ctx, scope, shutdown)
+    let metrics = Metrics::register(registry);
+    async move {
+        let ctx = Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            children: Children::watch(&client, &scope, &shutdown),
+            client,
+            queues,
+            metrics,
+            ticks: Arc::new(Semaphore::new(task::TICKS_AT_ONCE)),
+        };
+        supervise(ctx, scope, shutdown).await;
+    }
 }
 
 /// Starts a loop for each source seen; a loop ends by itself when its source is deleted.

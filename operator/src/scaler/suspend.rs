@@ -38,10 +38,11 @@ pub async fn hold(
     deployments: &Api<Deployment>,
     now: Timestamp,
 ) -> Result<Tick, TickError> {
-    let Some(deployment) = deployments.get_opt(&reader_name(&source.name_any())).await? else {
+    let namespace = source.namespace().ok_or(TickError::Incomplete)?;
+    let Some(deployment) = ctx.children.deployment(&namespace, &source.name_any()) else {
         return Ok(Tick::NoDeployment);
     };
-    let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let current = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let entering = !was_suspended(source, state);
     state.history = None;
     if current != 0 {

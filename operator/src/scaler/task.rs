@@ -3,7 +3,8 @@
 //!
 //! Why one loop per source: a source's interval comes from its own spec, and a slow queue endpoint
 //! or API call must delay only its own source. Each interval makes one GetQueueAttributes call per
-//! queue, one Deployment read and one lease list, whatever the replica count.
+//! queue, whatever the replica count; the Deployment and the readers' leases come from caches
+//! shared by every loop (`children`), so an idle interval makes no API call.
 //!
 //! Order of writes when replicas change: scaling up, the readers' `replicas` figure is published
 //! before the Deployment grows, so running readers shrink their share of the rate limit before new
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -27,8 +28,9 @@ use super::apply::{self, ScaleStatus};
 use super::attributes::{AttributesError, QueueAttributes, source_figures};
 use super::blind;
 use super::cadence;
+use super::children::Children;
 use super::decision::{Decision, Observation, decide};
-use super::drain::{DrainRate, drain_rate, lease_selector};
+use super::drain::{DrainRate, drain_rate};
 use super::fallback::Blindness;
 use super::history::History;
 use super::metrics::{Metrics, SourceLabels};
@@ -44,6 +46,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Intervals in progress at once, across every source (see [`TICKS_AT_ONCE`]).
     pub ticks: Arc<Semaphore>,
+    /// The reader Deployments and leases, as last watched.
+    pub children: Children,
 }
 
 /// How many sources' intervals run at once. Why a bound: an operator started beside a thousand
@@ -117,7 +121,7 @@ pub async fn tick(
     suspend::resume(ctx, source, state).await;
     // The Deployment first: until the reconciler has made it there is nothing to size, and no
     // reason to spend a GetQueueAttributes.
-    let Some(deployment) = deployments.get_opt(&reader_name(&name)).await? else {
+    let Some(deployment) = ctx.children.deployment(&namespace, &name) else {
         return Ok(Tick::NoDeployment);
     };
     let figures = source_figures(ctx.queues.as_ref(), &spec.queues, &spec.credentials);
@@ -133,9 +137,9 @@ pub async fn tick(
         }
     };
     let sized = sized_by_scaler(&deployment);
-    let current = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let current = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     blind::seeing(ctx, source, state).await;
-    let drain = read_drain(ctx, &namespace, &name, now).await?;
+    let drain = read_drain(ctx, &namespace, &name, now);
 
     let history = state.history.take().unwrap_or_else(|| History::on_first_sight(sized, now, current));
     let rate_limit = spec.rate_limit.as_ref().and_then(|r| r.messages_per_second).map(f64::from);
@@ -184,16 +188,10 @@ fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 /// The source's drain rate from its readers' lease ConfigMaps.
-async fn read_drain(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    now: Timestamp,
-) -> Result<DrainRate, TickError> {
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-    let leases = config_maps.list(&ListParams::default().labels(&lease_selector(name))).await?;
+fn read_drain(ctx: &Context, namespace: &str, name: &str, now: Timestamp) -> DrainRate {
+    let leases = ctx.children.leases(namespace, name);
     let empty = Default::default();
-    Ok(drain_rate(leases.items.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now.as_millisecond()))
+    drain_rate(leases.iter().map(|cm| cm.data.as_ref().unwrap_or(&empty)), now.as_millisecond())
 }
 
 /// A replica count to write: from `current` to `desired`, and why (for the log and
@@ -319,6 +317,11 @@ pub async fn run_source(
     let mut state = SourceState::default();
     let mut labels = None;
     let mut missing = 0;
+    // Before the caches' first list every source would look as if it had no Deployment.
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        ready = ctx.children.ready() => if !ready { return },
+    }
     while let Some(source) = store.get(&key) {
         let started = tokio::time::Instant::now();
         let source_labels = labels_of(&source);

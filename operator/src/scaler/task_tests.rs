@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, Response};
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
@@ -78,11 +78,6 @@ enum Answer {
     /// Echo the request body back (what an apply returns, near enough).
     Echo,
     Json(Value),
-    NotFound,
-}
-
-fn get(path: &'static str, answer: Value) -> Expect {
-    Expect { method: Method::GET, path, applied: false, answer: Answer::Json(answer) }
 }
 
 fn apply(path: &'static str) -> Expect {
@@ -122,12 +117,6 @@ async fn serve(handle: Handle, script: Vec<Expect>) -> Vec<(String, Value)> {
         let response = match expect.answer {
             Answer::Echo => Response::new(Body::from(serde_json::to_vec(&body).unwrap())),
             Answer::Json(value) => Response::new(Body::from(serde_json::to_vec(&value).unwrap())),
-            Answer::NotFound => {
-                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" });
-                let mut response = Response::new(Body::from(serde_json::to_vec(&status).unwrap()));
-                *response.status_mut() = StatusCode::NOT_FOUND;
-                response
-            }
         };
         send.send_response(response);
         seen.push((query, body));
@@ -135,34 +124,40 @@ async fn serve(handle: Handle, script: Vec<Expect>) -> Vec<(String, Value)> {
     seen
 }
 
-fn deployment(replicas: i32) -> Value {
-    json!({
+fn deployment(replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": { "name": "orders-reader", "namespace": "ns" },
         "spec": { "replicas": replicas, "selector": {}, "template": {} },
-    })
+    }))
+    .expect("valid Deployment")
 }
 
-fn leases(now: Timestamp, drain_millis: u64) -> Value {
+/// One reader's lease, renewed at `now`, draining `drain_millis` thousandths of a message a second.
+fn leases(now: Timestamp, drain_millis: u64) -> Vec<ConfigMap> {
     let mut lease = Lease::new("orders-reader-x", Incarnation(1), now.as_millisecond(), 15);
     lease.drain_millis_per_second = drain_millis;
-    json!({
-        "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {},
-        "items": [{ "metadata": { "name": "orders-lease-orders-reader-x", "namespace": "ns" }, "data": lease.to_data().unwrap() }],
-    })
+    let labels = json!({ "sluice.dev/source": "orders", "sluice.dev/checkpoint-role": "lease" });
+    vec![
+        serde_json::from_value(json!({
+            "metadata": { "name": "orders-lease-orders-reader-x", "namespace": "ns", "labels": labels },
+            "data": lease.to_data().unwrap(),
+        }))
+        .expect("valid ConfigMap"),
+    ]
 }
 
-fn context(queue: Arc<FakeQueue>) -> (Context, Handle) {
+/// The scaler's context over a scripted API server, with `children` as the watched caches.
+fn context(queue: Arc<FakeQueue>, children: Children) -> (Context, Handle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "ns");
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "sluice-scaler".into(), instance: None });
     let ticks = Arc::new(tokio::sync::Semaphore::new(1));
-    (Context { client, queues: queue, metrics: Metrics::default(), recorder, ticks }, handle)
+    (Context { client, queues: queue, metrics: Metrics::default(), recorder, ticks, children }, handle)
 }
 
 const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/orders-reader";
-const CONFIG_MAPS: &str = "/api/v1/namespaces/ns/configmaps";
 const CHECKPOINT: &str = "/api/v1/namespaces/ns/configmaps/orders-checkpoint";
 const STATUS: &str = "/apis/sluice.dev/v1alpha1/namespaces/ns/sqssources/orders/status";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
@@ -177,14 +172,13 @@ async fn run_tick(ctx: &Context, source: &SqsSource, state: &mut SourceState, no
 #[tokio::test]
 async fn burst_scales_up_publishing_replicas_before_the_deployment_grows() {
     let queue = FakeQueue::new(2000, 500);
-    let (ctx, handle) = context(queue.clone());
+    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    let (ctx, handle) = context(queue.clone(), Children::of(vec![deployment(1)], leases(now, 4_000)));
     let source = source(
         json!({ "minReplicas": 0, "maxReplicas": 30, "targetMessagesPerReplica": 1000, "scaleUpMaxStep": 8 }),
     );
-    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    // The Deployment and the leases come from the caches: the first request is a write.
     let script = vec![
-        get(DEPLOYMENT, deployment(1)),
-        get(CONFIG_MAPS, leases(now, 4_000)),
         apply(CHECKPOINT),
         merge(DEPLOYMENT),
         apply_status(&source),
@@ -198,30 +192,23 @@ async fn burst_scales_up_publishing_replicas_before_the_deployment_grows() {
     assert_eq!((current, decision.desired, decision.recommended), (1, 9, 21));
     let seen = server.await.unwrap();
 
-    assert!(
-        seen[1]
-            .0
-            .contains("labelSelector=sluice.dev%2Fsource%3Dorders%2Csluice.dev%2Fcheckpoint-role%3Dlease"),
-        "{}",
-        seen[1].0
-    );
-    assert_eq!(seen[2].1["data"], json!({ "replicas": "9" }));
-    assert_eq!(seen[2].1["metadata"]["ownerReferences"][0]["uid"], "u-1");
-    assert_eq!(seen[3].1, json!({ "spec": { "replicas": 9 } }));
-    let status = &seen[4].1["status"];
+    assert_eq!(seen[0].1["data"], json!({ "replicas": "9" }));
+    assert_eq!(seen[0].1["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    assert_eq!(seen[1].1, json!({ "spec": { "replicas": 9 } }));
+    let status = &seen[2].1["status"];
     assert_eq!(status["desiredReplicas"], 9);
     assert_eq!(status["queue"]["visible"], 4000, "summed over both queues");
     assert_eq!(status["queue"]["inFlight"], 1000);
-    assert_eq!(status["rates"]["drainPerSecond"], 4.0);
+    assert_eq!(status["rates"]["drainPerSecond"], 4.0, "from the cached lease");
     assert_eq!(status["lastScaleTime"], now.to_string());
     assert!(
         status["lastScaleReason"].as_str().unwrap().starts_with("backlog 5000 needs 21 replicas"),
         "{status}"
     );
-    assert_eq!(seen[5].1["reason"], "ScaledUp");
-    assert_eq!(seen[5].1["regarding"]["name"], "orders");
+    assert_eq!(seen[3].1["reason"], "ScaledUp");
+    assert_eq!(seen[3].1["regarding"]["name"], "orders");
     assert_eq!(
-        seen[5].1["note"],
+        seen[3].1["note"],
         "1 -> 9 replicas: backlog 5000 needs 21 replicas (readers drain 4.0 msg/s each, too slow to clear it within 60s); limited by scaleUpMaxStep"
     );
     assert_eq!(queue.calls().values().collect::<Vec<_>>(), [&1, &1], "one call per queue per interval");
@@ -230,19 +217,13 @@ async fn burst_scales_up_publishing_replicas_before_the_deployment_grows() {
 #[tokio::test]
 async fn a_steady_interval_reads_and_writes_nothing_new() {
     let queue = FakeQueue::new(150, 0);
-    let (ctx, handle) = context(queue.clone());
-    let source = source(json!({}));
     let now = Timestamp::from_second(1_800_000_000).unwrap();
     let later = Timestamp::from_second(1_800_000_005).unwrap();
-    let script = vec![
-        get(DEPLOYMENT, deployment(3)),
-        get(CONFIG_MAPS, leases(now, 0)),
-        // First interval: the readers learn the count, and the status is written once.
-        apply(CHECKPOINT),
-        apply_status(&source),
-        get(DEPLOYMENT, deployment(3)),
-        get(CONFIG_MAPS, leases(later, 0)),
-    ];
+    let (ctx, handle) = context(queue.clone(), Children::of(vec![deployment(3)], leases(now, 0)));
+    let source = source(json!({}));
+    // First interval: the readers learn the count, and the status is written once; the second
+    // makes no request at all.
+    let script = vec![apply(CHECKPOINT), apply_status(&source)];
     let server = tokio::spawn(serve(handle, script));
     let mut state = SourceState::default();
     for at in [now, later] {
@@ -253,22 +234,20 @@ async fn a_steady_interval_reads_and_writes_nothing_new() {
         assert_eq!(decision.reason, Reason::Steady { backlog: 300, recommended: 3 });
     }
     let seen = server.await.unwrap();
-    assert_eq!(seen[2].1["data"], json!({ "replicas": "3" }));
-    assert!(seen[3].1["status"].get("lastScaleTime").is_none());
+    assert_eq!(seen[0].1["data"], json!({ "replicas": "3" }));
+    assert!(seen[1].1["status"].get("lastScaleTime").is_none());
     assert_eq!(queue.calls().values().collect::<Vec<_>>(), [&2, &2]);
 }
 
 #[tokio::test]
 async fn idle_source_scales_to_zero_shrinking_the_deployment_first() {
     let queue = FakeQueue::new(0, 0);
-    let (ctx, handle) = context(queue);
-    let source = source(json!({ "minReplicas": 0, "idleCooldownSeconds": 60 }));
     let now = Timestamp::from_second(1_800_000_000).unwrap();
-    let mut state = SourceState { history: Some(History::starting_at(now, 3)), ..SourceState::default() };
     let at = Timestamp::from_second(1_800_000_060).unwrap();
+    let (ctx, handle) = context(queue, Children::of(vec![deployment(3)], leases(at, 0)));
+    let source = source(json!({ "minReplicas": 0, "idleCooldownSeconds": 60 }));
+    let mut state = SourceState { history: Some(History::starting_at(now, 3)), ..SourceState::default() };
     let script = vec![
-        get(DEPLOYMENT, deployment(3)),
-        get(CONFIG_MAPS, leases(at, 0)),
         merge(DEPLOYMENT),
         apply(CHECKPOINT),
         apply_status(&source),
@@ -280,55 +259,61 @@ async fn idle_source_scales_to_zero_shrinking_the_deployment_first() {
     };
     assert_eq!(decision.reason, Reason::ScaledToZero { idle_seconds: 60 });
     let seen = server.await.unwrap();
-    assert_eq!(seen[2].1["spec"], json!({ "replicas": 0 }));
-    assert_eq!(seen[3].1["data"], json!({ "replicas": "0" }));
-    assert_eq!(seen[5].1["reason"], "ScaledToZero");
+    assert_eq!(seen[0].1["spec"], json!({ "replicas": 0 }));
+    assert_eq!(seen[1].1["data"], json!({ "replicas": "0" }));
+    assert_eq!(seen[3].1["reason"], "ScaledToZero");
 }
 
 #[tokio::test]
-async fn nothing_is_written_before_the_reconciler_creates_the_deployment() {
-    let (ctx, handle) = context(FakeQueue::new(5000, 0));
+async fn nothing_is_read_or_written_before_the_reconciler_creates_the_deployment() {
+    let queue = FakeQueue::new(5000, 0);
+    let (ctx, handle) = context(queue.clone(), Children::of(Vec::new(), Vec::new()));
     let source = source(json!({}));
-    let script =
-        vec![Expect { method: Method::GET, path: DEPLOYMENT, applied: false, answer: Answer::NotFound }];
-    let server = tokio::spawn(serve(handle, script));
+    // No request is served: one would fail the tick.
+    drop(handle);
     let mut state = SourceState::default();
     let now = Timestamp::from_second(1_800_000_000).unwrap();
     assert_eq!(run_tick(&ctx, &source, &mut state, now).await, Tick::NoDeployment);
-    server.await.unwrap();
+    assert!(queue.calls().is_empty(), "no queue read for a source without readers");
 }
 
-fn not_found() -> Expect {
-    Expect { method: Method::GET, path: DEPLOYMENT, applied: false, answer: Answer::NotFound }
+/// The writes of a steady source's first interval (the readers' count, the status).
+fn first_interval_writes(source: &SqsSource) -> Vec<Expect> {
+    vec![apply(CHECKPOINT), apply_status(source)]
 }
 
 #[tokio::test]
 async fn the_loop_polls_each_interval_and_ends_with_its_source() {
     let queue = FakeQueue::new(10, 0);
-    let (ctx, handle) = context(queue.clone());
+    let (ctx, handle) = context(queue.clone(), Children::of(vec![deployment(1)], Vec::new()));
     let source = source(json!({ "pollIntervalSeconds": 1 }));
     let (store, mut writer) = kube::runtime::reflector::store();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
-    let server = tokio::spawn(serve(handle, vec![not_found(), not_found()]));
+    let server = tokio::spawn(serve(handle, first_interval_writes(&source)));
     let started = tokio::time::Instant::now();
     let looping =
         tokio::spawn(run_source(ctx, store, ObjectRef::from_obj(&source), CancellationToken::new()));
 
-    server.await.unwrap();
+    let polled_twice = async {
+        // Both queues, twice each.
+        while queue.calls().values().filter(|&&calls| calls >= 2).count() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), polled_twice).await.expect("a second interval");
     assert!(started.elapsed() >= Duration::from_secs(1), "two polls are an interval apart");
+    server.await.unwrap();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(source));
     tokio::time::timeout(Duration::from_secs(3), looping).await.expect("the loop ended").unwrap();
-    // Until the reconciler has made the Deployment there is nothing to size: no queue read.
-    assert!(queue.calls().is_empty(), "{:?}", queue.calls());
 }
 
 #[tokio::test]
 async fn shutdown_interrupts_the_wait_between_polls() {
-    let (ctx, handle) = context(FakeQueue::new(10, 0));
+    let (ctx, handle) = context(FakeQueue::new(10, 0), Children::of(vec![deployment(1)], Vec::new()));
     let source = source(json!({ "pollIntervalSeconds": 300 }));
     let (store, mut writer) = kube::runtime::reflector::store();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
-    let server = tokio::spawn(serve(handle, vec![not_found()]));
+    let server = tokio::spawn(serve(handle, first_interval_writes(&source)));
     let shutdown = CancellationToken::new();
     let looping = tokio::spawn(run_source(ctx, store, ObjectRef::from_obj(&source), shutdown.clone()));
     server.await.unwrap();

@@ -56,8 +56,13 @@ async fn follow(client: Client, scope: Scope, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks =
-        SourceTicks::new(client.clone(), &scope, TICK, "sink health", "SinksHealthy conditions go stale");
+    let mut ticks = SourceTicks::new(
+        client.clone(),
+        &scope,
+        TICK,
+        "sink health",
+        "SinksHealthy conditions go stale for sources created or changed",
+    );
     // The status each source's condition last had, for events; first taken from the object.
     let mut known: HashMap<(String, String), String> = HashMap::new();
     let mut failing = FailingSources::default();
