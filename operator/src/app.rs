@@ -129,6 +129,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
         reader_image: cli.reader_image.clone(),
         metrics,
         failures: Failures::default(),
+        own_writes: Default::default(),
     });
     tracing::info!(?scope, "leading: reconciling, scaling and coordinating checkpoints");
     let stop = shutdown.clone();

@@ -23,6 +23,7 @@ use crate::build::starting_replicas::replicas_to_name;
 use crate::build::{Children, reader_registry};
 use crate::error::Result;
 use crate::names::{FIELD_MANAGER, SCALER_FIELD_MANAGER};
+use crate::own_writes::OwnWrites;
 
 /// The calls `apply_children` makes: an apply is a `patch`, and a `create` when the object is new.
 pub const API_CALLS: &[ApiCall] = &[
@@ -44,19 +45,20 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("sluice.dev", "sqssources/finalizers", "update"),
 ];
 
-/// Applies every child in its namespace; returns the Deployment as the server now has it (with
-/// its status, which the conditions read).
-pub async fn apply_children(client: &Client, children: &Children) -> Result<Deployment> {
+/// Applies every child in its namespace, recording each answer in `own` (so the watch events of
+/// these writes start no reconcile); returns the Deployment as the server now has it (with its
+/// status, which the conditions read).
+pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     // First: the admission policy holds the readers only once their account is registered.
     let registry = &children.reader_registry;
     apply_as(client, &registry.config_map, &registry.field_manager).await?;
-    apply(client, &children.config_map).await?;
+    own.wrote(&apply(client, &children.config_map).await?);
     if let Some(account) = &children.service_account {
-        apply(client, account).await?;
+        own.wrote(&apply(client, account).await?);
     }
-    apply(client, &children.role).await?;
-    apply(client, &children.role_binding).await?;
-    let deployment = apply_deployment(client, children).await?;
+    own.wrote(&apply(client, &children.role).await?);
+    own.wrote(&apply(client, &children.role_binding).await?);
+    let deployment = apply_deployment(client, children, own).await?;
     apply(client, &children.disruption_budget).await?;
     Ok(deployment)
 }
@@ -64,7 +66,7 @@ pub async fn apply_children(client: &Client, children: &Children) -> Result<Depl
 /// The Deployment, naming `spec.replicas` only while the reconciler must (see
 /// build/starting_replicas.rs); when it did, the autoscaler's field manager takes the field over
 /// with an apply of the same value, so the reconciler's next apply can leave it out.
-async fn apply_deployment(client: &Client, children: &Children) -> Result<Deployment> {
+async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     let mut deployment = children.deployment.clone();
     let namespace = deployment.namespace().unwrap_or_default();
     let api: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
@@ -74,6 +76,7 @@ async fn apply_deployment(client: &Client, children: &Children) -> Result<Deploy
         spec.replicas = Some(replicas);
     }
     let applied = apply(client, &deployment).await?;
+    own.wrote(&applied);
     let Some(replicas) = named else { return Ok(applied) };
     // Only the replicas: a Deployment gone since (its source deleted) is refused as invalid, not
     // created again.
@@ -84,7 +87,9 @@ async fn apply_deployment(client: &Client, children: &Children) -> Result<Deploy
         "spec": { "replicas": replicas },
     });
     let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
-    Ok(api.patch(&applied.name_any(), &params, &Patch::Apply(&hand_over)).await?)
+    let handed_over = api.patch(&applied.name_any(), &params, &Patch::Apply(&hand_over)).await?;
+    own.wrote(&handed_over);
+    Ok(handed_over)
 }
 
 /// Withdraws a deleted source's entry from its namespace's register of reader accounts.

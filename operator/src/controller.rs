@@ -3,15 +3,16 @@
 //! Why `DeserializeGuard`: with a plain `Api<SqsSource>`, one object that fails to deserialize
 //! (written before a schema change, or with validation bypassed) fails the whole list and so stops
 //! every source; guarded, it reaches reconcile as an error value and gets a condition instead.
-//! The controller also watches the children it owns, so a deleted or edited child is restored.
+//! The controller also watches the children it owns, so a deleted or edited child is restored; the
+//! echoes of its own writes to them are dropped (see `own_writes`).
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::core::DeserializeGuard;
+use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource};
@@ -20,6 +21,7 @@ use sluice_crds::SqsSource;
 use crate::access::ApiCall;
 use crate::error::{Error, PERMANENT_FAILURE_REQUEUE};
 use crate::names;
+use crate::own_writes::OwnWrites;
 use crate::reconcile::{Context, object_key, reconcile};
 
 /// The watches of the controller (list + watch of the sources and of each owned kind), and its
@@ -49,6 +51,30 @@ where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
 {
     scope.api(client)
+}
+
+/// The children of kind `K` as they change (their metadata, which is all that names the owner),
+/// less the echoes of the reconciler's own writes (see `own_writes`).
+fn changes_by_others<K>(
+    client: &Client,
+    scope: &Scope,
+    config: &watcher::Config,
+    own: &OwnWrites,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let own = own.clone();
+    // `Api<PartialObjectMeta<K>>` asks the server for metadata only.
+    watcher(api::<PartialObjectMeta<K>>(client, scope), config.clone())
+        .default_backoff()
+        .touched_objects()
+        .try_filter(move |child| std::future::ready(!own.is_echo(child)))
 }
 
 /// What to do after a failed reconcile: back off on transient errors, wait long on the rest.
@@ -85,8 +111,8 @@ pub async fn run(
     // bumps), labels, annotations or finalizers change, not its status: the autoscaler, the
     // checkpoint coordinator and the sink health task write status on their own clocks, and each
     // write would otherwise cost a reconcile (six applies and a GetQueueAttributes), about one a
-    // minute per idle source. Children's changes still start one (`owns`), and a healthy source
-    // is rechecked on the reconciler's requeue.
+    // minute per idle source. Children's changes by other writers still start one (`owns_stream`),
+    // and a healthy source is rechecked on the reconciler's requeue.
     let (store, writer) = reflector::store();
     let sources = watcher(
         api::<DeserializeGuard<SqsSource>>(&client, &scope),
@@ -102,13 +128,14 @@ pub async fn run(
             .combine(predicates::finalizers),
         Default::default(),
     );
+    let own = ctx.own_writes.clone();
     Controller::for_stream(sources, store)
-    .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
-    .owns(api::<Deployment>(&client, &scope), children.clone())
-    .owns(api::<ConfigMap>(&client, &scope), children.clone())
-    .owns(api::<ServiceAccount>(&client, &scope), children.clone())
-    .owns(api::<Role>(&client, &scope), children.clone())
-    .owns(api::<RoleBinding>(&client, &scope), children)
+        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
+        .owns_stream(changes_by_others::<Deployment>(&client, &scope, &children, &own))
+        .owns_stream(changes_by_others::<ConfigMap>(&client, &scope, &children, &own))
+        .owns_stream(changes_by_others::<ServiceAccount>(&client, &scope, &children, &own))
+        .owns_stream(changes_by_others::<Role>(&client, &scope, &children, &own))
+        .owns_stream(changes_by_others::<RoleBinding>(&client, &scope, &children, &own))
     .graceful_shutdown_on(shutdown)
     .run(reconcile, error_policy, ctx)
     .for_each(|result| async move {
@@ -144,6 +171,7 @@ mod tests {
             reader_image: None,
             metrics: crate::metrics::Metrics::default(),
             failures: Failures::default(),
+            own_writes: Default::default(),
         })
     }
 

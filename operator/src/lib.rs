@@ -26,6 +26,7 @@ pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod own_writes;
 pub mod pod_checks;
 pub mod queue_check;
 pub mod reconcile;

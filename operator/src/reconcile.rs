@@ -36,6 +36,7 @@ use crate::deletion::{self, FINALIZER};
 use crate::error::{Error, Result};
 use crate::events::{Happened, Notice, notices, publish};
 use crate::metrics::{Metrics, SourceLabels};
+use crate::own_writes::OwnWrites;
 use crate::queue_check::targets::check_all;
 use crate::queue_check::{QueueInspector, inspect_all};
 use crate::status::update_status;
@@ -62,6 +63,8 @@ pub struct Context {
     pub reader_image: Option<String>,
     pub metrics: Metrics,
     pub failures: Failures,
+    /// The children's versions this process wrote (their watch events start no reconcile).
+    pub own_writes: OwnWrites,
 }
 
 /// Key of an object for logs and the backoff map.
@@ -150,7 +153,7 @@ async fn reconcile_source(api: &Api<SqsSource>, cached: &SqsSource, ctx: &Contex
         }
     };
     let children = build(&valid)?;
-    let deployment = apply_children(&ctx.client, &children).await?;
+    let deployment = apply_children(&ctx.client, &children, &ctx.own_writes).await?;
     let (namespace, name) = (source.namespace().unwrap_or_default(), source.name_any());
     let checks = async {
         (

@@ -400,6 +400,7 @@ fn context(
         reader_image: Some("ghcr.io/sluice/sluice:0.1.0".into()),
         metrics: crate::metrics::Metrics::default(),
         failures: Failures::default(),
+        own_writes: Default::default(),
     };
     (Arc::new(ctx), handle)
 }
