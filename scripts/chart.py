@@ -45,6 +45,7 @@ REFUSED = [
     ("image: {tag: 1.2}", "/image/tag"),
     ("metrics: {port: 80800}", "/metrics/port"),
     ("logging: {format: yaml}", "/logging/format"),
+    ("concurrency: {reconciles: 0}", "/concurrency/reconciles"),
     ("imagee: {tag: x}", "'imagee'"),
     ("watchNamespaces: [team-a, team-b]", "/watchNamespaces"),
     ('replicaCount: "2"', "/replicaCount"),

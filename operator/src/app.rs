@@ -97,6 +97,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
         client.clone(),
         scope.clone(),
         Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
+        cli.scaler_intervals_at_once,
         &mut registry,
         shutdown.child_token(),
     );
@@ -133,7 +134,8 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     });
     tracing::info!(?scope, "leading: reconciling, scaling and coordinating checkpoints");
     let stop = shutdown.clone();
-    let controller = controller::run(ctx, scope, async move { stop.cancelled().await });
+    let controller =
+        controller::run(ctx, scope, cli.reconciles_at_once, async move { stop.cancelled().await });
     let work = async {
         tokio::join!(controller, scaler, checkpoint, sink_health, replay);
     };

@@ -9,6 +9,7 @@ use std::pin::pin;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
@@ -45,5 +46,35 @@ pub async fn follow<K>(
             }
             None => return,
         }
+    }
+}
+
+/// Drops the field sets (`managedFields[].fieldsV1`) of a cached object, keeping who wrote it and
+/// when. Why: the field sets are trees of every field each manager owns, often larger than the
+/// object itself, and no cache reader looks at them; a thousand sources are held in several
+/// caches.
+pub fn without_field_sets<K: Resource>(object: &mut K) {
+    for entry in object.meta_mut().managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn field_sets_go_and_managers_stay() {
+        let mut object: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "orders-config", "managedFields": [
+                { "manager": "sluice-operator", "operation": "Apply", "time": "2026-12-06T11:00:00Z",
+                  "fieldsType": "FieldsV1", "fieldsV1": { "f:data": { "f:source.yaml": {} } } },
+            ] },
+        }))
+        .unwrap();
+        super::without_field_sets(&mut object);
+        let entry = &object.metadata.managed_fields.as_ref().unwrap()[0];
+        assert_eq!(entry.manager.as_deref(), Some("sluice-operator"));
+        assert!(entry.time.is_some() && entry.fields_v1.is_none());
     }
 }

@@ -41,6 +41,13 @@ pub struct Cli {
     /// This replica's identity in the Lease: its pod name.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Sources reconciled at once. Raise it for thousands of sources when the API server has
+    /// room; lower it when API priority and fairness throttles the operator (docs/scaling.md).
+    #[arg(long, env = "SLUICE_RECONCILES_AT_ONCE", default_value_t = crate::controller::RECONCILES_AT_ONCE, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub reconciles_at_once: u16,
+    /// Sources whose autoscaler interval (queue read, decision, writes) runs at once.
+    #[arg(long, env = "SLUICE_SCALER_INTERVALS_AT_ONCE", default_value_t = crate::scaler::task::TICKS_AT_ONCE, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub scaler_intervals_at_once: u16,
     /// Log output: json for clusters (one object a line), text for people.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -58,6 +65,7 @@ mod tests {
         let Ok(cli) = cli else { panic!("{cli:?}") };
         assert_eq!(cli.leader_election, Switch::On);
         assert_eq!(cli.admin_addr.port(), 8080);
+        assert_eq!((cli.reconciles_at_once, cli.scaler_intervals_at_once), (8, 16));
         let cli = Cli::try_parse_from([
             "sluice-operator",
             "--reader-image",
@@ -70,12 +78,18 @@ mod tests {
             "json",
             "--admin-addr",
             "127.0.0.1:0",
+            "--reconciles-at-once",
+            "32",
+            "--scaler-intervals-at-once",
+            "64",
         ]);
         let Ok(cli) = cli else { panic!("{cli:?}") };
         assert_eq!(cli.reader_image.as_deref(), Some("img:1"));
         assert_eq!(cli.namespace.as_deref(), Some("team-a"));
         assert_eq!(cli.leader_election, Switch::Off);
         assert_eq!(cli.log_format, LogFormat::Json);
+        assert_eq!((cli.reconciles_at_once, cli.scaler_intervals_at_once), (32, 64));
+        assert!(Cli::try_parse_from(["sluice-operator", "--reconciles-at-once", "0"]).is_err());
         assert!(Cli::try_parse_from(["sluice-operator", "--leader-election", "maybe"]).is_err());
     }
 }

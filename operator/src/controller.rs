@@ -86,13 +86,14 @@ pub fn error_policy(object: Arc<DeserializeGuard<SqsSource>>, error: &Error, ctx
     }
 }
 
-/// How many sources are reconciled at once. Why a bound (kube-runtime's default has none): a
-/// reconcile makes about a dozen API calls and a GetQueueAttributes, and a thousand sources applied
-/// together (or found together when the operator starts) would otherwise start a thousand
-/// reconciles at once, which the API server's priority and fairness answers with 429s for every
-/// request of the operator's flow, its leader Lease renewal among them. A reconcile takes about
-/// 130 ms on a quiet cluster, so this many at a time still makes about sixty a second.
-const RECONCILES_AT_ONCE: u16 = 8;
+/// How many sources are reconciled at once by default (`--reconciles-at-once`). Why a bound
+/// (kube-runtime's default has none): a reconcile makes about a dozen API calls and a
+/// GetQueueAttributes, and a thousand sources applied together (or found together when the
+/// operator starts) would otherwise start a thousand reconciles at once, which the API server's
+/// priority and fairness answers with 429s for every request of the operator's flow, its leader
+/// Lease renewal among them. A reconcile takes about 130 ms on a quiet cluster, so this many at a
+/// time still makes about sixty a second.
+pub const RECONCILES_AT_ONCE: u16 = 8;
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
 ///
@@ -101,6 +102,7 @@ const RECONCILES_AT_ONCE: u16 = 8;
 pub async fn run(
     ctx: Arc<Context>,
     scope: Scope,
+    at_once: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -119,6 +121,7 @@ pub async fn run(
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
+    .modify(crate::cache_watch::without_field_sets)
     .reflect(writer)
     .applied_objects()
     .predicate_filter(
@@ -130,7 +133,7 @@ pub async fn run(
     );
     let own = ctx.own_writes.clone();
     Controller::for_stream(sources, store)
-        .with_config(controller::Config::default().concurrency(RECONCILES_AT_ONCE))
+        .with_config(controller::Config::default().concurrency(at_once))
         .owns_stream(changes_by_others::<Deployment>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ConfigMap>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ServiceAccount>(&client, &scope, &children, &own))

@@ -67,7 +67,10 @@ async fn watch(
     stale: &'static str,
     stop: CancellationToken,
 ) {
-    let events = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(crate::cache_watch::without_field_sets)
+        .reflect(writer);
     crate::cache_watch::follow(events, task, "SqsSources", stale, stop).await;
 }
 

@@ -102,9 +102,7 @@ fn prune(deployment: &mut Deployment) {
     deployment.spec = Some(DeploymentSpec { replicas, ..DeploymentSpec::default() });
     deployment.status = None;
     deployment.metadata.annotations = None;
-    for entry in deployment.metadata.managed_fields.iter_mut().flatten() {
-        entry.fields_v1 = None;
-    }
+    crate::cache_watch::without_field_sets(deployment);
 }
 
 #[cfg(test)]

@@ -78,11 +78,13 @@ pub const API_CALLS: &[ApiCall] = &[
 /// The autoscaler task: registers its metrics into `registry` now, and returns the future that
 /// watches every SqsSource and runs one scaling loop per source until `shutdown`.
 ///
-/// `queues` is normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients.
+/// `queues` is normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients;
+/// `at_once` bounds the intervals in progress together (`--scaler-intervals-at-once`).
 pub fn run(
     client: Client,
     scope: Scope,
     queues: Arc<dyn QueueAttributes>,
+    at_once: u16,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -96,7 +98,7 @@ pub fn run(
             client,
             queues,
             metrics,
-            ticks: Arc::new(Semaphore::new(task::TICKS_AT_ONCE)),
+            ticks: Arc::new(Semaphore::new(usize::from(at_once))),
         };
         supervise(ctx, scope, shutdown).await;
     }
@@ -106,8 +108,11 @@ pub fn run(
 async fn supervise(ctx: Context, scope: Scope, shutdown: CancellationToken) {
     let sources: Api<SqsSource> = scope.api(&ctx.client);
     let (store, writer) = reflector::store();
-    let events =
-        watcher(sources, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+    let events = watcher(sources, watcher::Config::default())
+        .default_backoff()
+        .modify(crate::cache_watch::without_field_sets)
+        .reflect(writer)
+        .applied_objects();
     let mut events = pin!(events);
     let loops_stop = shutdown.child_token();
     let mut loops: HashMap<ObjectRef<SqsSource>, tokio::task::JoinHandle<()>> = HashMap::new();

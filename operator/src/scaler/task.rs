@@ -44,19 +44,19 @@ pub struct Context {
     pub queues: Arc<dyn QueueAttributes>,
     pub metrics: Metrics,
     pub recorder: Recorder,
-    /// Intervals in progress at once, across every source (see [`TICKS_AT_ONCE`]).
+    /// Intervals in progress at once, across every source (by default [`TICKS_AT_ONCE`]).
     pub ticks: Arc<Semaphore>,
     /// The reader Deployments and leases, as last watched.
     pub children: Children,
 }
 
-/// How many sources' intervals run at once. Why a bound: an operator started beside a thousand
+/// How many sources' intervals run at once by default (`--scaler-intervals-at-once`). Why a bound: an operator started beside a thousand
 /// sources starts a thousand loops together, each making its API calls and a GetQueueAttributes
 /// at once; the API server's priority and fairness then answers the operator's own flow with 429s,
 /// its leader Lease renewal among them (a real run lost the Lease that way and the operator
 /// exited). An interval takes tens of milliseconds, so this many at a time still reads a thousand
 /// sources within a few seconds.
-pub const TICKS_AT_ONCE: usize = 16;
+pub const TICKS_AT_ONCE: u16 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TickError {
