@@ -57,7 +57,14 @@ fn assert_no_secret_in_config_maps(docs: &[Value]) {
         for (key, value) in cm["data"].as_object().into_iter().flatten() {
             let text = value.as_str().unwrap_or_default();
             assert!(
-                ["RUST_LOG", "SLUICE_NAMESPACE", "source.yaml"].contains(&key.as_str()),
+                [
+                    "RUST_LOG",
+                    "SLUICE_NAMESPACE",
+                    "SLUICE_RECONCILES_AT_ONCE",
+                    "SLUICE_SCALER_INTERVALS_AT_ONCE",
+                    "source.yaml"
+                ]
+                .contains(&key.as_str()),
                 "ConfigMap {} has an unexpected key {key}",
                 cm["metadata"]["name"]
             );

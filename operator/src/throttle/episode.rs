@@ -23,7 +23,11 @@ pub struct Episode {
 /// Whether a throttled answer started an episode or belongs to the current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
-    Began,
+    /// A new episode; `after` is the one before it if that had ended (quiet long enough) but no
+    /// tick had said so yet, so that its end is told before the new start.
+    Began {
+        after: Option<Episode>,
+    },
     Continues,
 }
 
@@ -48,8 +52,13 @@ impl Throttling {
                 Seen::Continues
             }
             _ => {
-                self.current = Some(Episode { started: now, last: now + wait, responses: 1, waited: wait });
-                Seen::Began
+                let after = self.current.replace(Episode {
+                    started: now,
+                    last: now + wait,
+                    responses: 1,
+                    waited: wait,
+                });
+                Seen::Began { after }
             }
         }
     }
@@ -76,7 +85,7 @@ mod tests {
         let s = |secs: u64| t0 + Duration::from_secs(secs);
         let mut throttling = Throttling::new(Duration::from_secs(10));
         assert!(!throttling.active());
-        assert_eq!(throttling.throttled(s(0), Duration::from_secs(1)), Seen::Began);
+        assert_eq!(throttling.throttled(s(0), Duration::from_secs(1)), Seen::Began { after: None });
         assert_eq!(throttling.throttled(s(5), Duration::from_secs(2)), Seen::Continues);
         assert_eq!(throttling.throttled(s(14), Duration::from_secs(4)), Seen::Continues);
         assert_eq!(throttling.tick(s(27)), None, "9 s after the last retry (at 18 s) is not yet the end");
@@ -88,14 +97,14 @@ mod tests {
         );
         assert_eq!(throttling.tick(s(30)), None, "an episode ends once");
         assert!(!throttling.active());
-        assert_eq!(throttling.throttled(s(31), Duration::ZERO), Seen::Began, "a new episode");
+        assert_eq!(throttling.throttled(s(31), Duration::ZERO), Seen::Began { after: None }, "a new episode");
     }
 
     #[test]
     fn a_long_retry_after_keeps_the_episode_open_while_the_retry_waits() {
         let t0 = Instant::now();
         let mut throttling = Throttling::new(Duration::from_secs(10));
-        assert_eq!(throttling.throttled(t0, Duration::from_secs(32)), Seen::Began);
+        assert_eq!(throttling.throttled(t0, Duration::from_secs(32)), Seen::Began { after: None });
         assert_eq!(throttling.tick(t0 + Duration::from_secs(41)), None);
         assert_eq!(
             throttling.throttled(t0 + Duration::from_secs(33), Duration::from_secs(1)),
@@ -106,10 +115,16 @@ mod tests {
     }
 
     #[test]
-    fn a_late_answer_after_quiet_starts_a_new_episode_even_without_a_tick() {
+    fn a_late_answer_after_quiet_starts_a_new_episode_even_without_a_tick_and_hands_back_the_old_one() {
         let t0 = Instant::now();
         let mut throttling = Throttling::new(Duration::from_secs(10));
-        assert_eq!(throttling.throttled(t0, Duration::ZERO), Seen::Began);
-        assert_eq!(throttling.throttled(t0 + Duration::from_secs(11), Duration::ZERO), Seen::Began);
+        assert_eq!(throttling.throttled(t0, Duration::ZERO), Seen::Began { after: None });
+        let ended = Episode { started: t0, last: t0, responses: 1, waited: Duration::ZERO };
+        assert_eq!(
+            throttling.throttled(t0 + Duration::from_secs(11), Duration::ZERO),
+            Seen::Began { after: Some(ended) },
+            "the first episode's end is told before the second's start"
+        );
+        assert_eq!(throttling.tick(t0 + Duration::from_secs(12)), None, "the second is still on");
     }
 }

@@ -15,7 +15,7 @@ use kube::client::retry::RetryPolicy;
 use tower::BoxError;
 use tower::retry::Policy;
 
-use super::episode::{Seen, Throttling};
+use super::episode::{Episode, Seen, Throttling};
 use super::metrics::ThrottleMetrics;
 
 /// Without a throttled answer for this long after its last retry, an episode is over (and the
@@ -45,7 +45,10 @@ impl ApiThrottle {
         self.metrics.responses.inc();
         self.metrics.waited_seconds.inc_by(wait.as_secs_f64());
         self.metrics.throttled.set(1);
-        if self.with(|t| t.throttled(Instant::now(), wait)) == Seen::Began {
+        if let Seen::Began { after } = self.with(|t| t.throttled(Instant::now(), wait)) {
+            if let Some(ended) = after {
+                log_end(&ended);
+            }
             tracing::warn!(
                 method = %method,
                 path,
@@ -61,15 +64,20 @@ impl ApiThrottle {
     pub fn tick(&self) -> bool {
         if let Some(ended) = self.with(|t| t.tick(Instant::now())) {
             self.metrics.throttled.set(0);
-            tracing::info!(
-                lasted_s = millis(ended.last.saturating_duration_since(ended.started)),
-                throttled_responses = ended.responses,
-                waited_s = millis(ended.waited),
-                "the Kubernetes API server stopped throttling this operator"
-            );
+            log_end(&ended);
         }
         self.with(|t| t.active())
     }
+}
+
+/// The INFO line that closes an episode, with its totals.
+fn log_end(ended: &Episode) {
+    tracing::info!(
+        lasted_s = millis(ended.last.saturating_duration_since(ended.started)),
+        throttled_responses = ended.responses,
+        waited_s = millis(ended.waited),
+        "the Kubernetes API server stopped throttling this operator"
+    );
 }
 
 /// Seconds to the millisecond, for log lines a person reads.
