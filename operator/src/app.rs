@@ -29,6 +29,7 @@ use crate::identity::Identities;
 use crate::leader::{Elector, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::names::FIELD_MANAGER;
+use crate::own_writes::OwnWrites;
 use crate::queue_check::sqs::SqsInspector;
 use crate::reconcile::Context;
 use crate::replay;
@@ -93,11 +94,13 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let inspector = Identities::new(SqsInspector::new(aws));
     let scope = Scope::from_flag(cli.namespace.clone());
+    let own_writes = OwnWrites::default();
     let scaler = scaler::run(
         client.clone(),
         scope.clone(),
         Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
         cli.scaler_intervals_at_once,
+        own_writes.clone(),
         &mut registry,
         shutdown.child_token(),
     );
@@ -130,7 +133,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
         reader_image: cli.reader_image.clone(),
         metrics,
         failures: Failures::default(),
-        own_writes: Default::default(),
+        own_writes,
     });
     tracing::info!(?scope, "leading: reconciling, scaling and coordinating checkpoints");
     let stop = shutdown.clone();

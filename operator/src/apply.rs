@@ -3,9 +3,11 @@
 //! Why SSA with `force`: the operator is the only writer of these fields, so taking them back from
 //! a stray `kubectl edit` is the intended drift correction; fields it never sends (the
 //! Deployment's `spec.replicas`, owned by `sluice-scaler` once the Deployment exists) stay with
-//! whoever set them. Applying
-//! an unchanged object is a no-op on the server, so reconcile applies unconditionally instead of
-//! diffing against a cache that might be stale. The Deployment goes after the objects its pods
+//! whoever set them. An apply
+//! is not diffed against a cache that might be stale; it is skipped only when it is exactly what
+//! this process last applied and no one else has written the child since (see `own_writes`), which
+//! spares the API server a server-side apply of each unchanged child on every reconcile the
+//! Deployment controller's writes start. The Deployment goes after the objects its pods
 //! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
 //! PodDisruptionBudget comes last, as nothing waits for it. The source's entry in the namespace's
 //! register of reader accounts (build/reader_registry.rs) goes first, under the source's own field
@@ -23,7 +25,7 @@ use crate::build::starting_replicas::replicas_to_name;
 use crate::build::{Children, reader_registry};
 use crate::error::Result;
 use crate::names::{FIELD_MANAGER, SCALER_FIELD_MANAGER};
-use crate::own_writes::OwnWrites;
+use crate::own_writes::{OwnWrites, content_hash};
 
 /// The calls `apply_children` makes: an apply is a `patch`, and a `create` when the object is new.
 pub const API_CALLS: &[ApiCall] = &[
@@ -45,27 +47,28 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("sluice.dev", "sqssources/finalizers", "update"),
 ];
 
-/// Applies every child in its namespace, recording each answer in `own` (so the watch events of
-/// these writes start no reconcile); returns the Deployment as the server now has it (with its
+/// Applies every child in its namespace that is not as last applied (see `own_writes`),
+/// recording each answer in `own`; returns the Deployment as the server now has it (with its
 /// status, which the conditions read).
 pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     // First: the admission policy holds the readers only once their account is registered.
     let registry = &children.reader_registry;
-    apply_as(client, &registry.config_map, &registry.field_manager).await?;
-    own.wrote(&apply(client, &children.config_map).await?);
+    apply_unless_unchanged(client, &registry.config_map, &registry.field_manager, own).await?;
+    apply_unless_unchanged(client, &children.config_map, FIELD_MANAGER, own).await?;
     if let Some(account) = &children.service_account {
-        own.wrote(&apply(client, account).await?);
+        apply_unless_unchanged(client, account, FIELD_MANAGER, own).await?;
     }
-    own.wrote(&apply(client, &children.role).await?);
-    own.wrote(&apply(client, &children.role_binding).await?);
+    apply_unless_unchanged(client, &children.role, FIELD_MANAGER, own).await?;
+    apply_unless_unchanged(client, &children.role_binding, FIELD_MANAGER, own).await?;
     let deployment = apply_deployment(client, children, own).await?;
-    apply(client, &children.disruption_budget).await?;
+    apply_unless_unchanged(client, &children.disruption_budget, FIELD_MANAGER, own).await?;
     Ok(deployment)
 }
 
 /// The Deployment, naming `spec.replicas` only while the reconciler must (see
 /// build/starting_replicas.rs); when it did, the autoscaler's field manager takes the field over
-/// with an apply of the same value, so the reconciler's next apply can leave it out.
+/// with an apply of the same value, so the reconciler's next apply can leave it out. Read every
+/// time: the conditions need its status, and one found missing is created whatever the ledger says.
 async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     let mut deployment = children.deployment.clone();
     let namespace = deployment.namespace().unwrap_or_default();
@@ -75,8 +78,15 @@ async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites)
     if let (Some(spec), Some(replicas)) = (deployment.spec.as_mut(), named) {
         spec.replicas = Some(replicas);
     }
-    let applied = apply(client, &deployment).await?;
-    own.wrote(&applied);
+    let hash = content_hash(&deployment);
+    if let Some(existing) = existing
+        && own.unchanged(&deployment, FIELD_MANAGER, hash)
+    {
+        return Ok(existing);
+    }
+    let mark = own.mark();
+    let applied = apply_as(client, &deployment, FIELD_MANAGER).await?;
+    own.applied(&applied, FIELD_MANAGER, hash, mark);
     let Some(replicas) = named else { return Ok(applied) };
     // Only the replicas: a Deployment gone since (its source deleted) is refused as invalid, not
     // created again.
@@ -88,7 +98,10 @@ async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites)
     });
     let params = PatchParams::apply(SCALER_FIELD_MANAGER).force();
     let handed_over = api.patch(&applied.name_any(), &params, &Patch::Apply(&hand_over)).await?;
-    own.wrote(&handed_over);
+    // The next reconcile would apply the Deployment without the replicas, which changes only who
+    // co-owns the field (the autoscaler owns it now either way): recorded as applied, so that
+    // apply is not sent.
+    own.applied(&handed_over, FIELD_MANAGER, content_hash(&children.deployment), mark);
     Ok(handed_over)
 }
 
@@ -99,7 +112,9 @@ pub async fn release_reader_registry(client: &Client, namespace: &str, source: &
     Ok(())
 }
 
-async fn apply<K>(client: &Client, object: &K) -> Result<K>
+/// Applies `object` as `manager` unless it is what that manager last applied and no one changed
+/// it since (see `own_writes`); records the answer.
+async fn apply_unless_unchanged<K>(client: &Client, object: &K, manager: &str, own: &OwnWrites) -> Result<()>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -107,7 +122,14 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    apply_as(client, object, FIELD_MANAGER).await
+    let hash = content_hash(object);
+    if own.unchanged(object, manager, hash) {
+        return Ok(());
+    }
+    let mark = own.mark();
+    let answer = apply_as(client, object, manager).await?;
+    own.applied(&answer, manager, hash, mark);
+    Ok(())
 }
 
 async fn apply_as<K>(client: &Client, object: &K, manager: &str) -> Result<K>

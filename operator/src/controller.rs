@@ -21,7 +21,7 @@ use sluice_crds::SqsSource;
 use crate::access::ApiCall;
 use crate::error::{Error, PERMANENT_FAILURE_REQUEUE};
 use crate::names;
-use crate::own_writes::OwnWrites;
+use crate::own_writes::{OwnWrites, Seen};
 use crate::reconcile::{Context, object_key, reconcile};
 
 /// The watches of the controller (list + watch of the sources and of each owned kind), and its
@@ -54,7 +54,7 @@ where
 }
 
 /// The children of kind `K` as they change (their metadata, which is all that names the owner),
-/// less the echoes of the reconciler's own writes (see `own_writes`).
+/// less the echoes of the operator's own writes, each reported to `own` (see `own_writes`).
 fn changes_by_others<K>(
     client: &Client,
     scope: &Scope,
@@ -71,10 +71,18 @@ where
 {
     let own = own.clone();
     // `Api<PartialObjectMeta<K>>` asks the server for metadata only.
-    watcher(api::<PartialObjectMeta<K>>(client, scope), config.clone())
-        .default_backoff()
-        .touched_objects()
-        .try_filter(move |child| std::future::ready(!own.is_echo(child)))
+    watcher(api::<PartialObjectMeta<K>>(client, scope), config.clone()).default_backoff().try_filter_map(
+        move |event| {
+            let child = match event {
+                watcher::Event::Apply(child) | watcher::Event::InitApply(child) => {
+                    own.saw(Seen::Applied(&child)).then_some(child)
+                }
+                watcher::Event::Delete(child) => own.saw(Seen::Deleted(&child)).then_some(child),
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            };
+            std::future::ready(Ok(child))
+        },
+    )
 }
 
 /// What to do after a failed reconcile: back off on transient errors, wait long on the rest.
@@ -130,7 +138,13 @@ pub async fn run(
             .combine(predicates::annotations)
             .combine(predicates::finalizers),
         Default::default(),
-    );
+    )
+    // The reconcile that adds the finalizer goes on to apply the children; the patch's own watch
+    // event would start a second one (see `deletion::fresh`).
+    .try_filter({
+        let own = ctx.own_writes.clone();
+        move |source| std::future::ready(!own.is_echo(source))
+    });
     let own = ctx.own_writes.clone();
     Controller::for_stream(sources, store)
         .with_config(controller::Config::default().concurrency(at_once))

@@ -19,37 +19,69 @@
 use std::str::FromStr;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
 use kube::api::{Patch, PatchParams};
-use kube::core::DeserializeGuard;
-use kube::runtime::finalizer;
 use kube::{Api, Resource, ResourceExt};
 use sluice_crds::SqsSource;
 
 use crate::error::{Error, Result};
+use crate::own_writes::OwnWrites;
 
 /// The operator's finalizer on every source it has reconciled.
 pub const FINALIZER: &str = "sluice.dev/children";
 
 /// The source as the API server has it now, if it is still the object the cache showed (same
-/// uid), not being deleted, and still carries the finalizer; otherwise [`Error::SourceGone`].
-pub async fn fresh(api: &Api<SqsSource>, cached: &SqsSource) -> Result<SqsSource> {
+/// uid) and not being deleted, with the finalizer on it: added here when it is not yet, and the
+/// patch's answer recorded in `own` so its watch event starts no second reconcile. Otherwise
+/// [`Error::SourceGone`].
+///
+/// Why here and not in a reconcile of its own (kube-runtime's `finalizer` helper adds it and
+/// returns): that reconcile's patch comes back as a watch event that starts the first real one,
+/// which for a thousand new sources is a thousand more passes through the reconcile queue.
+pub async fn fresh(api: &Api<SqsSource>, cached: &SqsSource, own: &OwnWrites) -> Result<SqsSource> {
     let found = api.get_opt(&cached.name_any()).await?.ok_or(Error::SourceGone)?;
     let same = found.uid().is_some() && found.uid() == cached.uid();
     let live = found.meta().deletion_timestamp.is_none();
-    let held = found.finalizers().iter().any(|f| f == FINALIZER);
-    if same && live && held { Ok(found) } else { Err(Error::SourceGone) }
+    if !(same && live) {
+        return Err(Error::SourceGone);
+    }
+    if found.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(found);
+    }
+    let held = add_finalizer(api, &found).await?;
+    own.wrote(&held);
+    Ok(held)
 }
 
-/// Maps the finalizer helper's errors onto ours; a 404 on the source means it is already gone.
-pub fn from_finalizer(error: finalizer::Error<Error>) -> Error {
-    match error {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => gone_if_not_found(e),
-        other @ (finalizer::Error::UnnamedObject | finalizer::Error::InvalidFinalizer) => {
-            Error::Build(other.to_string())
-        }
-    }
+/// Adds the finalizer, refused (409/422) if the finalizers changed since `found` was read.
+async fn add_finalizer(api: &Api<SqsSource>, found: &SqsSource) -> Result<SqsSource> {
+    let path = |p: &str| PointerBuf::from_str(p).map_err(|e| Error::Build(format!("finalizer path: {e}")));
+    let ops = match found.meta().finalizers.as_deref() {
+        None => vec![
+            PatchOperation::Test(TestOperation {
+                path: path("/metadata/finalizers")?,
+                value: serde_json::Value::Null,
+            }),
+            PatchOperation::Add(AddOperation {
+                path: path("/metadata/finalizers")?,
+                value: vec![FINALIZER].into(),
+            }),
+        ],
+        Some(present) => vec![
+            PatchOperation::Test(TestOperation {
+                path: path("/metadata/finalizers")?,
+                value: present.into(),
+            }),
+            PatchOperation::Add(AddOperation {
+                path: path("/metadata/finalizers/-")?,
+                value: FINALIZER.into(),
+            }),
+        ],
+    };
+    let patch = json_patch::Patch(ops);
+    api.patch(&found.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .map_err(gone_if_not_found)
 }
 
 /// A 404 from a request about the source itself: it was removed meanwhile.
@@ -60,12 +92,12 @@ pub fn gone_if_not_found(error: kube::Error) -> Error {
     }
 }
 
-/// Releases the finalizer of a deleted object that does not parse (the helper needs a parsed
-/// object), so a broken source can still be deleted. Does nothing unless it is being deleted.
-pub async fn release_unparseable(
-    api: &Api<DeserializeGuard<SqsSource>>,
-    meta: &kube::core::ObjectMeta,
-) -> Result<()> {
+/// Releases the finalizer of a deleted object (parsed or not: `K` is the source or its guard, so
+/// a broken source can still be deleted). Does nothing unless it is being deleted and holds it.
+pub async fn release<K>(api: &Api<K>, meta: &kube::core::ObjectMeta) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let (Some(name), Some(_)) = (&meta.name, &meta.deletion_timestamp) else {
         return Ok(());
     };
@@ -75,6 +107,7 @@ pub async fn release_unparseable(
     };
     let path = PointerBuf::from_str(&format!("/metadata/finalizers/{index}"))
         .map_err(|e| Error::Build(format!("finalizer path: {e}")))?;
+    // `Test` makes the patch fail rather than remove someone else's finalizer.
     let patch = json_patch::Patch(vec![
         PatchOperation::Test(TestOperation { path: path.clone(), value: FINALIZER.into() }),
         PatchOperation::Remove(RemoveOperation { path }),

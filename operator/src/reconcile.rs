@@ -24,7 +24,6 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::finalizer::{Event as Lifecycle, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::{SqsSource, SqsSourceStatus};
 
@@ -107,31 +106,29 @@ pub async fn reconcile(object: Arc<DeserializeGuard<SqsSource>>, ctx: Arc<Contex
     result
 }
 
-/// Runs the reconcile under the finalizer: adds it to a new source, reconciles a live one, and
-/// releases it from a deleted one.
+/// Runs the reconcile under the finalizer: reconciles a live source (adding the finalizer first,
+/// see `deletion::fresh`), and releases it from a deleted one.
 async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> {
     let name = source.name_any();
     let namespace =
         source.namespace().ok_or_else(|| Error::Build(format!("source {name} has no namespace")))?;
     let api: Api<SqsSource> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, Arc::new(source.clone()), |event| async {
-        match event {
-            Lifecycle::Apply(cached) => reconcile_source(&api, &cached, ctx).await,
-            Lifecycle::Cleanup(gone) => {
-                tracing::info!(source = %object_key(gone.meta()), "deleted; the garbage collector removes its children");
-                // The register of reader accounts has no owner; the source's entry goes by hand.
-                release_reader_registry(&ctx.client, &namespace, &name).await?;
-                ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
-                Ok(Action::await_change())
-            }
-        }
-    })
-    .await
-    .map_err(deletion::from_finalizer)
+    if source.meta().deletion_timestamp.is_none() {
+        return reconcile_source(&api, source, ctx).await;
+    }
+    if !source.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    tracing::info!(source = %object_key(source.meta()), "deleted; the garbage collector removes its children");
+    // The register of reader accounts has no owner; the source's entry goes by hand.
+    release_reader_registry(&ctx.client, &namespace, &name).await?;
+    ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
+    deletion::release(&api, source.meta()).await?;
+    Ok(Action::await_change())
 }
 
 async fn reconcile_source(api: &Api<SqsSource>, cached: &SqsSource, ctx: &Context) -> Result<Action> {
-    let source = &deletion::fresh(api, cached).await?;
+    let source = &deletion::fresh(api, cached, &ctx.own_writes).await?;
     let name = source.name_any();
     let regarding = source.object_ref(&());
     let report = Report {
@@ -188,7 +185,7 @@ async fn reconcile_unparseable(invalid: &InvalidObject, ctx: &Context) -> Result
     };
     if meta.deletion_timestamp.is_some() {
         let guarded: Api<DeserializeGuard<SqsSource>> = Api::namespaced(ctx.client.clone(), namespace);
-        deletion::release_unparseable(&guarded, meta).await?;
+        deletion::release(&guarded, meta).await?;
         return Ok(Action::await_change());
     }
     tracing::warn!(source = %object_key(meta), error = %invalid.error, "object does not parse");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::client::Body;
 use kube::core::DeserializeGuard;
@@ -17,6 +18,7 @@ use tower_test::mock;
 
 use super::*;
 use crate::fixtures;
+use crate::own_writes::Seen;
 use crate::queue_check::{QueueAttributes, QueueError};
 
 const STEP: Duration = Duration::from_secs(5);
@@ -258,12 +260,14 @@ fn scaled_deployment() -> Value {
         "metadata": {
             "name": "orders-reader",
             "namespace": "shop",
+            "generation": 1,
             "managedFields": [
                 { "manager": "sluice-scaler", "operation": "Update", "fieldsType": "FieldsV1",
                   "fieldsV1": { "f:spec": { "f:replicas": {} } } },
             ],
         },
-        "spec": { "replicas": 2, "selector": {}, "template": {} },
+        "spec": { "replicas": 1, "selector": {}, "template": {} },
+        "status": { "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1 },
     })
 }
 
@@ -279,7 +283,7 @@ fn not_found(send: mock::SendResponse<Response<Body>>) {
 
 /// Answers the expected requests in order and fails on anything else; returns the bodies seen.
 async fn verify(
-    mut handle: mock::Handle<Request<Body>, Response<Body>>,
+    handle: &mut mock::Handle<Request<Body>, Response<Body>>,
     source: SqsSource,
     expects: Vec<Expect>,
 ) -> Vec<Value> {
@@ -426,17 +430,26 @@ async fn run_expecting(
     queue: Result<QueueAttributes, QueueError>,
     expects: Vec<Expect>,
 ) -> (Action, Vec<Value>) {
-    let (ctx, handle) = context(queue);
-    let verifier = tokio::spawn(verify(handle, source.clone(), expects));
-    let object = Arc::new(DeserializeGuard(Ok(source)));
-    let action = tokio::time::timeout(STEP * 4, reconcile(object, ctx)).await;
+    let (ctx, mut handle) = context(queue);
+    run_in(&ctx, &mut handle, source, expects).await
+}
+
+/// Runs one reconcile in `ctx`, whose API server is `handle`, against exactly `expects`.
+async fn run_in(
+    ctx: &Arc<Context>,
+    handle: &mut mock::Handle<Request<Body>, Response<Body>>,
+    source: SqsSource,
+    expects: Vec<Expect>,
+) -> (Action, Vec<Value>) {
+    let object = Arc::new(DeserializeGuard(Ok(source.clone())));
+    let (action, bodies) = tokio::join!(
+        tokio::time::timeout(STEP * 4, reconcile(object, ctx.clone())),
+        verify(handle, source, expects)
+    );
     let Ok(Ok(action)) = action else {
         panic!("reconcile failed or timed out: {action:?}");
     };
-    match verifier.await {
-        Ok(bodies) => (action, bodies),
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
+    (action, bodies)
 }
 
 fn hash_of(bodies: &[Value]) -> String {
@@ -482,6 +495,40 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     );
 }
 
+/// In one operator: the reconciles after the create (started by the Deployment controller's
+/// writes, say) read the source and the Deployment and apply nothing that is as last applied,
+/// until someone else changes a child.
+#[tokio::test]
+async fn reconciles_after_the_first_apply_only_what_changed() {
+    let (ctx, mut handle) = context(healthy_queue());
+    let source = held(fixtures::source(fixtures::BASIC));
+    let mut expects = vec![Expect::Read(Some(serde_json::to_value(&source).unwrap_or_default()))];
+    expects.extend(expectations(&Scenario::Create, None));
+    let (_, created) = run_in(&ctx, &mut handle, source, expects).await;
+    let source = held(after_create(&created));
+    let read = || Expect::Read(Some(serde_json::to_value(&source).unwrap_or_default()));
+
+    // The Deployment is read, not applied: without the replicas it would change only who
+    // co-owns them.
+    let (action, bodies) =
+        run_in(&ctx, &mut handle, source.clone(), vec![read(), Expect::ReadDeployment { exists: true }])
+            .await;
+    assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
+    assert_eq!(bodies.len(), 2, "the source's read and the Deployment's: nothing applied");
+
+    // `kubectl edit` of the ConfigMap (a version the operator did not write) brings its apply back.
+    let mut edited = ConfigMap::default();
+    edited.metadata.name = Some("orders-config".into());
+    edited.metadata.namespace = Some("shop".into());
+    edited.metadata.resource_version = Some("999".into());
+    assert!(ctx.own_writes.saw(Seen::Applied(&edited)));
+    let config = apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
+        assert_eq!(b["kind"], "ConfigMap");
+    });
+    let again = vec![read(), config, Expect::ReadDeployment { exists: true }];
+    run_in(&ctx, &mut handle, source, again).await;
+}
+
 #[tokio::test]
 async fn a_spec_change_rolls_the_readers() {
     let (_, created) = run(Scenario::Create, fixtures::source(fixtures::BASIC), healthy_queue(), None).await;
@@ -521,12 +568,24 @@ async fn a_deleted_source_only_releases_its_finalizer_to_the_garbage_collector()
 }
 
 #[tokio::test]
-async fn a_new_source_first_gets_the_finalizer_and_nothing_else() {
+async fn a_new_source_gets_the_finalizer_and_its_children_in_one_reconcile() {
     let source = fixtures::source(fixtures::BASIC);
-    let (action, bodies) =
-        run_expecting(source, healthy_queue(), vec![Expect::Finalizer { add: true }]).await;
-    assert_eq!(action, Action::await_change());
-    assert_eq!(bodies.len(), 1);
+    let mut expects = vec![
+        Expect::Read(Some(serde_json::to_value(&source).unwrap_or_default())),
+        Expect::Finalizer { add: true },
+    ];
+    expects.extend(expectations(&Scenario::Create, None));
+    let (action, bodies) = run_expecting(source, healthy_queue(), expects).await;
+    assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
+    let patch = &bodies[1];
+    assert_eq!(
+        patch,
+        &json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ]),
+        "added only if no one added finalizers meanwhile"
+    );
 }
 
 /// The cache still shows a live source, but the API server no longer has it (deleted while the

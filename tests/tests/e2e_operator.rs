@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
@@ -263,6 +264,33 @@ async fn children_deleted_or_edited_by_others_are_restored() -> Result<()> {
     .await?;
     println!(
         "deleted ConfigMap and emptied Role restored in {:.1} s; reconciles now {}",
+        started.elapsed().as_secs_f64(),
+        reconciles(&s.system, &http).await?
+    );
+
+    // The operator skips applies of children as it last applied them; an edit of the Deployment's
+    // spec, and a second edit of a child it has restored once, must still bring its apply back.
+    let deployments: Api<Deployment> = Api::default_namespaced(s.system.client.clone());
+    let hash_of = |d: &Deployment| {
+        let template = d.spec.as_ref().and_then(|s| s.template.metadata.as_ref());
+        template.and_then(|m| m.annotations.as_ref()).and_then(|a| a.get("sluice.dev/config-hash")).cloned()
+    };
+    let hash = hash_of(&deployments.get("restore-reader").await?);
+    let tamper = serde_json::json!({ "spec": { "template": { "metadata": { "annotations": {
+        "sluice.dev/config-hash": "tampered" } } } } });
+    deployments.patch("restore-reader", &stray, &Patch::Merge(tamper)).await?;
+    roles.patch("restore-reader", &stray, &Patch::Merge(serde_json::json!({ "rules": [] }))).await?;
+    let started = Instant::now();
+    poll::until(Duration::from_secs(30), Duration::from_millis(200), || async {
+        let now = hash_of(&deployments.get("restore-reader").await?);
+        let rules = roles.get("restore-reader").await?.rules.unwrap_or_default();
+        Ok(Check::met_if(now == hash && !rules.is_empty(), || {
+            format!("not restored yet: config hash {now:?} (want {hash:?}), role {} rules", rules.len())
+        }))
+    })
+    .await?;
+    println!(
+        "edited Deployment template and the Role emptied again restored in {:.1} s; reconciles now {}",
         started.elapsed().as_secs_f64(),
         reconciles(&s.system, &http).await?
     );

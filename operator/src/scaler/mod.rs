@@ -44,6 +44,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use attributes::{QueueAttributes, SqsQueueAttributes};
 use children::Children;
+
+use crate::own_writes::OwnWrites;
 pub use decision::{Decision, Observation, backlog, decide};
 pub use history::History;
 pub use metrics::Metrics;
@@ -85,6 +87,7 @@ pub fn run(
     scope: Scope,
     queues: Arc<dyn QueueAttributes>,
     at_once: u16,
+    own_writes: OwnWrites,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -99,6 +102,7 @@ pub fn run(
             queues,
             metrics,
             ticks: Arc::new(Semaphore::new(usize::from(at_once))),
+            own_writes,
         };
         supervise(ctx, scope, shutdown).await;
     }

@@ -49,7 +49,9 @@ pub async fn hold(
         let params =
             PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
         let body = apply::deployment_replicas(0);
-        deployments.patch(&reader_name(&source.name_any()), &params, &Patch::Merge(&body)).await?;
+        let answer =
+            deployments.patch(&reader_name(&source.name_any()), &params, &Patch::Merge(&body)).await?;
+        ctx.own_writes.wrote(&answer);
         tracing::info!(from = current, "suspended: readers scaled to 0");
     }
     if entering || current != 0 {

@@ -36,6 +36,7 @@ use super::history::History;
 use super::metrics::{Metrics, SourceLabels};
 use super::suspend;
 use crate::names::{SCALER_FIELD_MANAGER, checkpoint_name, reader_name};
+use crate::own_writes::OwnWrites;
 
 /// Shared by every source's loop.
 #[derive(Clone)]
@@ -48,6 +49,8 @@ pub struct Context {
     pub ticks: Arc<Semaphore>,
     /// The reader Deployments and leases, as last watched.
     pub children: Children,
+    /// Where the replica changes are recorded, so their watch events start no reconcile.
+    pub own_writes: OwnWrites,
 }
 
 /// How many sources' intervals run at once by default (`--scaler-intervals-at-once`). Why a bound: an operator started beside a thousand
@@ -228,7 +231,8 @@ pub(super) async fn apply_replicas(
     let name = source.name_any();
     let params = PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..Default::default() };
     let body = apply::deployment_replicas(desired);
-    deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
+    let answer = deployments.patch(&reader_name(&name), &params, &Patch::Merge(&body)).await?;
+    ctx.own_writes.wrote(&answer);
     if !up && publish {
         publish_replicas(ctx, source, state, desired).await?;
     }

@@ -154,7 +154,18 @@ fn context(queue: Arc<FakeQueue>, children: Children) -> (Context, Handle) {
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "sluice-scaler".into(), instance: None });
     let ticks = Arc::new(tokio::sync::Semaphore::new(1));
-    (Context { client, queues: queue, metrics: Metrics::default(), recorder, ticks, children }, handle)
+    (
+        Context {
+            client,
+            queues: queue,
+            metrics: Metrics::default(),
+            recorder,
+            ticks,
+            children,
+            own_writes: Default::default(),
+        },
+        handle,
+    )
 }
 
 const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/ns/deployments/orders-reader";
