@@ -11,18 +11,26 @@ use serde_json::json;
 
 /// A JSON patch that replaces the entry of `conditions` of `condition`'s type (guarded by a test
 /// of its type at that index, so a stale list fails the patch rather than overwriting another
-/// entry) or appends one.
-pub fn condition_patch(conditions: &[Condition], condition: &Condition) -> serde_json::Value {
+/// entry) or appends one; `None` while `conditions` is empty.
+///
+/// Why nothing for an empty list: the only patch that creates the list (`add` at
+/// `/status/conditions`) replaces whatever list the server holds by then, and the copy a task
+/// reads can be older than the reconciler's first status write (the autoscaler's status fields
+/// alone make a status). A thousand new sources showed it: a source's Ready and every other
+/// reconciler condition were erased, and nothing wrote them again for half an hour. The
+/// reconciler writes its conditions on every source's first reconcile, so the task's next pass
+/// appends to them.
+pub fn condition_patch(conditions: &[Condition], condition: &Condition) -> Option<serde_json::Value> {
     let type_ = &condition.type_;
     match conditions.iter().position(|c| &c.type_ == type_) {
-        Some(i) => json!([
+        Some(i) => Some(json!([
             { "op": "test", "path": format!("/status/conditions/{i}/type"), "value": type_ },
             { "op": "replace", "path": format!("/status/conditions/{i}"), "value": condition },
-        ]),
-        None if conditions.is_empty() => {
-            json!([{ "op": "add", "path": "/status/conditions", "value": [condition] }])
-        }
-        None => json!([{ "op": "add", "path": "/status/conditions/-", "value": condition }]),
+        ])),
+        None if conditions.is_empty() => None,
+        // Appended to the server's list as it is; a copy that missed an entry of this type
+        // makes a duplicate key, which the schema's list-map refuses.
+        None => Some(json!([{ "op": "add", "path": "/status/conditions/-", "value": condition }])),
     }
 }
 
@@ -53,14 +61,19 @@ mod tests {
     #[test]
     fn the_patch_replaces_only_its_own_entry_or_appends_it() {
         let ours = condition("SinksHealthy");
-        let patch = condition_patch(&[condition("Ready"), condition("SinksHealthy")], &ours);
+        let patch = condition_patch(&[condition("Ready"), condition("SinksHealthy")], &ours).unwrap();
         assert_eq!(
             patch[0],
             json!({"op": "test", "path": "/status/conditions/1/type", "value": "SinksHealthy"})
         );
         assert_eq!(patch[1]["path"], "/status/conditions/1");
-        assert_eq!(condition_patch(&[condition("Ready")], &ours)[0]["path"], "/status/conditions/-");
-        assert_eq!(condition_patch(&[], &ours)[0]["path"], "/status/conditions");
+        let appended = condition_patch(&[condition("Ready")], &ours).unwrap();
+        assert_eq!(appended[0]["path"], "/status/conditions/-");
+    }
+
+    #[test]
+    fn nothing_is_written_before_the_reconcilers_conditions() {
+        assert_eq!(condition_patch(&[], &condition("SinksHealthy")), None);
     }
 
     #[test]

@@ -120,7 +120,8 @@ fn fallback_status(sight: &Sight) -> Option<FallbackStatus> {
 }
 
 /// Writes the `Fallback` condition when it differs from the source's (once the reconciler has
-/// written a status: until then there is no list to add it to without racing its first apply).
+/// written its conditions: until then there is no list to add it to without racing its first
+/// apply; see `condition_patch`).
 /// The watched copy says whether to write; a fresh read says where, so that a stale copy costs a
 /// read rather than a refused patch and an interval without the condition.
 pub async fn write_condition(ctx: &Context, source: &SqsSource, verdict: &Verdict) -> Result<(), TickError> {
@@ -145,8 +146,10 @@ pub async fn write_condition(ctx: &Context, source: &SqsSource, verdict: &Verdic
         last_transition_time: since(previous, verdict.status, Timestamp::now()),
         observed_generation: source.meta().generation,
     };
-    let patch: json_patch::Patch =
-        serde_json::from_value(condition_patch(&conditions, &condition)).map_err(kube::Error::SerdeError)?;
+    let Some(patch) = condition_patch(&conditions, &condition) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
     let params =
         PatchParams { field_manager: Some(SCALER_FIELD_MANAGER.to_owned()), ..PatchParams::default() };
     sources.patch_status(&source.name_any(), &params, &Patch::Json::<()>(patch)).await?;

@@ -136,7 +136,7 @@ fn current(source: &SqsSource) -> Option<&Condition> {
 }
 
 /// One source: the verdict, written when it changed; answers the status it now has (`None`
-/// while the source has no status yet: the reconciler writes it first).
+/// while the source has no conditions yet: the reconciler writes them first).
 async fn step(
     client: &Client,
     recorder: &Recorder,
@@ -168,8 +168,11 @@ async fn step(
         last_transition_time: since,
         observed_generation: source.meta().generation,
     };
-    let patch: json_patch::Patch = serde_json::from_value(condition_patch(&status.conditions, &condition))
-        .map_err(kube::Error::SerdeError)?;
+    let Some(patch) = condition_patch(&status.conditions, &condition) else {
+        // The reconciler has not written its conditions yet (see `condition_patch`).
+        return Ok(None);
+    };
+    let patch: json_patch::Patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
     let sources: Api<SqsSource> = Api::namespaced(client.clone(), &namespace);
     sources.patch_status(&name, &params, &Patch::Json::<()>(patch)).await?;
