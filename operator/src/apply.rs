@@ -7,11 +7,11 @@
 //! is not diffed against a cache that might be stale; it is skipped only when it is exactly what
 //! this process last applied and no one else has written the child since (see `own_writes`), which
 //! spares the API server a server-side apply of each unchanged child on every reconcile the
-//! Deployment controller's writes start. The Deployment goes after the objects its pods
-//! need (ConfigMap, ServiceAccount, Role), so they start with them in place; the readers'
-//! PodDisruptionBudget comes last, as nothing waits for it. The source's entry in the namespace's
-//! register of reader accounts (build/reader_registry.rs) goes first, under the source's own field
-//! manager, so no reader runs before the admission policy holds it.
+//! Deployment controller's writes start. The Deployment goes after the objects its pods need
+//! (ConfigMap, ServiceAccount, Role and RoleBinding), so they start with them in place. The
+//! source's entry in the namespace's register of reader accounts (build/reader_registry.rs) goes
+//! first, under the source's own field manager, so no reader runs before the admission policy
+//! holds it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -50,19 +50,30 @@ pub const API_CALLS: &[ApiCall] = &[
 /// Applies every child in its namespace that is not as last applied (see `own_writes`),
 /// recording each answer in `own`; returns the Deployment as the server now has it (with its
 /// status, which the conditions read).
+///
+/// The children that do not depend on each other go together, so a reconcile waits for the
+/// slowest of them rather than their sum: a Role's apply, which the API server checks against
+/// every binding in the namespace that could grant its permissions, took 0.2-0.4 s each with a
+/// thousand sources in one namespace. A RoleBinding is refused while its Role is missing (the
+/// operator may bind only what it could be shown to hold), so it waits for the Role.
 pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     // First: the admission policy holds the readers only once their account is registered.
     let registry = &children.reader_registry;
     apply_unless_unchanged(client, &registry.config_map, &registry.field_manager, own).await?;
-    apply_unless_unchanged(client, &children.config_map, FIELD_MANAGER, own).await?;
-    if let Some(account) = &children.service_account {
-        apply_unless_unchanged(client, account, FIELD_MANAGER, own).await?;
-    }
-    apply_unless_unchanged(client, &children.role, FIELD_MANAGER, own).await?;
+    let account = async {
+        match &children.service_account {
+            Some(account) => apply_unless_unchanged(client, account, FIELD_MANAGER, own).await,
+            None => Ok(()),
+        }
+    };
+    futures::try_join!(
+        apply_unless_unchanged(client, &children.config_map, FIELD_MANAGER, own),
+        account,
+        apply_unless_unchanged(client, &children.role, FIELD_MANAGER, own),
+        apply_unless_unchanged(client, &children.disruption_budget, FIELD_MANAGER, own),
+    )?;
     apply_unless_unchanged(client, &children.role_binding, FIELD_MANAGER, own).await?;
-    let deployment = apply_deployment(client, children, own).await?;
-    apply_unless_unchanged(client, &children.disruption_budget, FIELD_MANAGER, own).await?;
-    Ok(deployment)
+    apply_deployment(client, children, own).await
 }
 
 /// The Deployment, naming `spec.replicas` only while the reconciler must (see

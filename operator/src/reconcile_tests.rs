@@ -115,7 +115,7 @@ fn register_apply(registered: bool) -> Expect {
     })
 }
 
-/// The seven child applies (the register entry first), with the Deployment's config hash handed
+/// The seven child applies in the order they are sent (the register entry first), with the Deployment's config hash handed
 /// to `hash`; `created`: the Deployment is new, so its apply names the starting replicas (the
 /// default `minReplicas`, 1) and the autoscaler then takes them over.
 fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<Expect> {
@@ -131,6 +131,11 @@ fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<
         }),
         apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/roles/orders-reader", |b| {
             assert_eq!(b["rules"][0]["resources"], json!(["configmaps"]));
+        }),
+        // The PodDisruptionBudget goes with the ConfigMap, account and Role; the RoleBinding waits
+        // for the Role, the Deployment for all of them.
+        apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
+            assert_eq!(b["spec"]["maxUnavailable"], 1);
         }),
         apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings/orders-reader", |b| {
             assert_eq!(b["roleRef"]["name"], "orders-reader");
@@ -149,9 +154,6 @@ fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<
     if created {
         applies.push(Expect::HandOver { replicas: 1 });
     }
-    applies.push(apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
-        assert_eq!(b["spec"]["maxUnavailable"], 1);
-    }));
     applies
 }
 
