@@ -91,6 +91,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let elector = elector(&cli, &client)?;
 
     let metrics = Metrics::register(&mut registry);
+    crate::cache_watch::WatchMetrics::register(&mut registry);
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let inspector = Identities::new(SqsInspector::new(aws));
     let scope = Scope::from_flag(cli.namespace.clone());

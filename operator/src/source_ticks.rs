@@ -71,7 +71,7 @@ async fn watch(
         .default_backoff()
         .modify(crate::cache_watch::without_field_sets)
         .reflect(writer);
-    crate::cache_watch::follow(events, task, "SqsSources", stale, stop).await;
+    crate::cache_watch::follow(events, task, "SqsSources", stale, stop, |_| {}).await;
 }
 
 /// The sources whose step fails, so that a failure is one WARN line when it starts and one INFO

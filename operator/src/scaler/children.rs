@@ -44,13 +44,27 @@ impl Children {
         let (deployments, writer) = reflector::store();
         let events = watcher(scope.api(client), managed).default_backoff().modify(prune).reflect(writer);
         let stale = "replicas are decided from the reader Deployments last seen";
-        tokio::spawn(crate::cache_watch::follow(events, "scaler", "reader Deployments", stale, stop.clone()));
+        tokio::spawn(crate::cache_watch::follow(
+            events,
+            "scaler",
+            "reader Deployments",
+            stale,
+            stop.clone(),
+            |_| {},
+        ));
 
         let leases_only = watcher::Config::default().labels(&all_leases_selector());
         let (leases, writer) = reflector::store();
         let events = watcher(scope.api(client), leases_only).default_backoff().reflect(writer);
         let stale = "drain rates are read from the leases last seen";
-        tokio::spawn(crate::cache_watch::follow(events, "scaler", "reader leases", stale, stop.clone()));
+        tokio::spawn(crate::cache_watch::follow(
+            events,
+            "scaler",
+            "reader leases",
+            stale,
+            stop.clone(),
+            |_| {},
+        ));
         Self { deployments, leases }
     }
 

@@ -29,10 +29,8 @@ mod burst_tests;
 use crate::scope::Scope;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::pin::pin;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -109,48 +107,46 @@ pub fn run(
 }
 
 /// Starts a loop for each source seen; a loop ends by itself when its source is deleted.
+///
+/// Loops start once the watch's list is complete: a loop reads its source from the store, which
+/// kube-runtime fills only then (a loop started from the list's first events found no source and
+/// ended, and the next event started it again).
 async fn supervise(ctx: Context, scope: Scope, shutdown: CancellationToken) {
     let sources: Api<SqsSource> = scope.api(&ctx.client);
     let (store, writer) = reflector::store();
     let events = watcher(sources, watcher::Config::default())
         .default_backoff()
         .modify(crate::cache_watch::without_field_sets)
-        .reflect(writer)
-        .applied_objects();
-    let mut events = pin!(events);
+        .reflect(writer);
     let loops_stop = shutdown.child_token();
     let mut loops: HashMap<ObjectRef<SqsSource>, tokio::task::JoinHandle<()>> = HashMap::new();
-    // One WARN line per outage, not one per retry.
-    let mut watch_failing = false;
-    loop {
-        let event = tokio::select! {
-            () = shutdown.cancelled() => break,
-            event = events.next() => event,
+    let on_event = |event: &watcher::Event<SqsSource>| {
+        let seen: Vec<ObjectRef<SqsSource>> = match event {
+            watcher::Event::InitDone => {
+                store.state().iter().map(|s| ObjectRef::from_obj(s.as_ref())).collect()
+            }
+            watcher::Event::Apply(source) => vec![ObjectRef::from_obj(source)],
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::Delete(_) => return,
         };
-        match event {
-            Some(Ok(source)) => {
-                if std::mem::take(&mut watch_failing) {
-                    tracing::info!("watching SqsSources again");
-                }
-                loops.retain(|_, handle| !handle.is_finished());
-                let key = ObjectRef::from_obj(&source);
-                if let Entry::Vacant(slot) = loops.entry(key) {
-                    let key = slot.key().clone();
-                    tracing::info!(namespace = key.namespace.as_deref().unwrap_or_default(), source = %key.name, "starting scaling loop");
-                    let task = run_source(ctx.clone(), store.clone(), key, loops_stop.child_token());
-                    slot.insert(tokio::spawn(task));
-                }
+        loops.retain(|_, handle| !handle.is_finished());
+        for key in seen {
+            if let Entry::Vacant(slot) = loops.entry(key) {
+                let key = slot.key().clone();
+                tracing::info!(namespace = key.namespace.as_deref().unwrap_or_default(), source = %key.name, "starting scaling loop");
+                let task = run_source(ctx.clone(), store.clone(), key, loops_stop.child_token());
+                slot.insert(tokio::spawn(task));
             }
-            Some(Err(error)) => {
-                if !watch_failing {
-                    let error = crate::error::watch_line(&error);
-                    tracing::warn!(%error, "cannot watch SqsSources; no source is scaled until it works (retried with backoff)");
-                }
-                watch_failing = true;
-            }
-            None => break,
         }
-    }
+    };
+    crate::cache_watch::follow(
+        events,
+        "scaler",
+        "SqsSources",
+        "no source is scaled",
+        shutdown.clone(),
+        on_event,
+    )
+    .await;
     loops_stop.cancel();
     for (key, handle) in loops {
         if let Err(error) = handle.await {
