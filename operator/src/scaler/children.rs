@@ -34,6 +34,8 @@ use crate::scope::Scope;
 pub struct Children {
     deployments: Store<Deployment>,
     leases: Store<ConfigMap>,
+    /// `Some(true)` once both caches hold their first list, `Some(false)` if a watch ended first.
+    ready: tokio::sync::watch::Receiver<Option<bool>>,
 }
 
 impl Children {
@@ -65,7 +67,23 @@ impl Children {
             stop.clone(),
             |_| {},
         ));
-        Self { deployments, leases }
+        Self::of_stores(deployments, leases)
+    }
+
+    /// Why one waiter and a channel: kube-runtime's `Store::wait_until_ready` wakes only the last
+    /// of several tasks waiting on it at once (its one-shot channel keeps one waker), and every
+    /// scaling loop started with the operator waits for these caches: all but one waited for good,
+    /// and their sources were never scaled (found by a 1,000-source run whose busy sources were
+    /// among the first listed).
+    fn of_stores(deployments: Store<Deployment>, leases: Store<ConfigMap>) -> Self {
+        let (tell, ready) = tokio::sync::watch::channel(None);
+        let (d, l) = (deployments.clone(), leases.clone());
+        tokio::spawn(async move {
+            let ready = d.wait_until_ready().await.is_ok() && l.wait_until_ready().await.is_ok();
+            // No receiver left: the operator is stopping.
+            let _ = tell.send(Some(ready));
+        });
+        Self { deployments, leases, ready }
     }
 
     /// Caches filled by hand (tests): `Init`, the objects, `InitDone`.
@@ -87,12 +105,15 @@ impl Children {
             prune(&mut deployment);
             deployment
         });
-        Self { deployments: filled(pruned.collect()), leases: filled(leases) }
+        let (_, ready) = tokio::sync::watch::channel(Some(true));
+        Self { deployments: filled(pruned.collect()), leases: filled(leases), ready }
     }
 
     /// Waits until both caches hold their first list; `false` if a watch ended first (shutdown).
+    /// Any number of loops may wait at once.
     pub async fn ready(&self) -> bool {
-        self.deployments.wait_until_ready().await.is_ok() && self.leases.wait_until_ready().await.is_ok()
+        let mut ready = self.ready.clone();
+        ready.wait_for(Option::is_some).await.is_ok_and(|r| r.unwrap_or(false))
     }
 
     /// `<source>-reader` in `namespace`, if the reconciler has made it.
@@ -121,6 +142,30 @@ fn prune(deployment: &mut Deployment) {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn every_loop_waiting_for_the_first_lists_goes_on_when_they_come() {
+        let (deployments, mut deployments_writer) = reflector::store::<Deployment>();
+        let (leases, mut leases_writer) = reflector::store::<ConfigMap>();
+        let children = Children::of_stores(deployments, leases);
+        let waiting: Vec<_> = (0..20)
+            .map(|_| {
+                let children = children.clone();
+                tokio::spawn(async move { children.ready().await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        for writer_event in [watcher::Event::Init, watcher::Event::InitDone] {
+            deployments_writer.apply_watcher_event(&writer_event);
+        }
+        for writer_event in [watcher::Event::Init, watcher::Event::InitDone] {
+            leases_writer.apply_watcher_event(&writer_event);
+        }
+        let all = futures::future::join_all(waiting);
+        let woke = tokio::time::timeout(std::time::Duration::from_secs(5), all).await;
+        let Ok(results) = woke else { panic!("some loops were never woken") };
+        assert!(results.into_iter().all(|r| r.is_ok_and(|ready| ready)));
+    }
+
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use kube::api::ObjectMeta;
     use std::collections::BTreeMap;
