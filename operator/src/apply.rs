@@ -117,9 +117,18 @@ async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites)
 }
 
 /// Withdraws a deleted source's entry from its namespace's register of reader accounts.
-pub async fn release_reader_registry(client: &Client, namespace: &str, source: &str) -> Result<()> {
+/// The entry goes from `own` too: the register is not watched, so a source created again under
+/// the same name would otherwise find its entry "as last applied" and skip it.
+pub async fn release_reader_registry(
+    client: &Client,
+    namespace: &str,
+    source: &str,
+    own: &OwnWrites,
+) -> Result<()> {
     let release = reader_registry::release(namespace);
-    apply_as(client, &release, &reader_registry::field_manager(source)).await?;
+    let manager = reader_registry::field_manager(source);
+    apply_as(client, &release, &manager).await?;
+    own.withdrawn(&release, &manager);
     Ok(())
 }
 

@@ -185,6 +185,15 @@ impl OwnWrites {
         entry.applied.insert(manager.to_owned(), applied);
     }
 
+    /// Forgets what `manager` applied to `object`'s child: it has withdrawn it (a deleted source's
+    /// entry in the unwatched register of reader accounts).
+    pub fn withdrawn<K: Resource<DynamicType = ()>>(&self, object: &K, manager: &str) {
+        let Some(key) = child_of(object) else { return };
+        if let Some(entry) = self.ledger().children.get_mut(&key) {
+            entry.applied.remove(manager);
+        }
+    }
+
     /// Takes in a watch event of a child; answers whether it should start a reconcile (whether it
     /// is not this process's own echo).
     pub fn saw<K: Resource<DynamicType = ()>>(&self, seen: Seen<'_, K>) -> bool {

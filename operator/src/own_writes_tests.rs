@@ -176,3 +176,18 @@ fn a_sources_finalizer_patch_is_its_own_echo_and_leaves_no_record() {
     assert!(!own.is_echo(&source("3")), "the status write after it is someone's");
     assert!(own.ledger().children.is_empty());
 }
+
+#[test]
+fn a_withdrawn_entry_is_applied_again_by_a_source_of_the_same_name() {
+    let own = OwnWrites::default();
+    let mut entry: ConfigMap = at("sluice-readers", "");
+    entry.data = Some(BTreeMap::from([("orders-reader".to_owned(), "orders".to_owned())]));
+    let hash = content_hash(&entry);
+    let mark = own.mark();
+    own.applied(&at::<ConfigMap>("sluice-readers", "40"), "sluice-operator/orders", hash, mark);
+    own.applied(&at::<ConfigMap>("sluice-readers", "41"), "sluice-operator/billing", hash, mark);
+    assert!(own.unchanged(&entry, "sluice-operator/orders", hash));
+    own.withdrawn(&at::<ConfigMap>("sluice-readers", ""), "sluice-operator/orders");
+    assert!(!own.unchanged(&entry, "sluice-operator/orders", hash), "orders was deleted and made again");
+    assert!(own.unchanged(&entry, "sluice-operator/billing", hash), "another source's entry stands");
+}

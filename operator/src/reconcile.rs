@@ -121,7 +121,7 @@ async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> 
     }
     tracing::info!(source = %object_key(source.meta()), "deleted; the garbage collector removes its children");
     // The register of reader accounts has no owner; the source's entry goes by hand.
-    release_reader_registry(&ctx.client, &namespace, &name).await?;
+    release_reader_registry(&ctx.client, &namespace, &name, &ctx.own_writes).await?;
     ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
     deletion::release(&api, source.meta()).await?;
     Ok(Action::await_change())
