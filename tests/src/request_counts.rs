@@ -31,6 +31,16 @@ pub fn parse(metrics: &str) -> RequestCounts {
     counts
 }
 
+/// Requests the API server answered with 429 so far (priority and fairness refused them), all
+/// clients, from the text of `/metrics`.
+pub fn throttled(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("code=\"429\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 /// What was served between `before` and `after`, per minute over `minutes`, highest first.
 pub fn per_minute(
     before: &RequestCounts,
@@ -63,6 +73,14 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         assert_eq!(counts[&("GET".to_owned(), "apps/deployments".to_owned())], 12.0);
         assert_eq!(counts[&("APPLY".to_owned(), "sluice.dev/sqssources/status".to_owned())], 4.0);
         assert_eq!(counts[&("LIST".to_owned(), "configmaps".to_owned())], 30.0);
+    }
+
+    #[test]
+    fn counts_the_throttled() {
+        let text = format!(
+            "{TEXT}apiserver_request_total{{code=\"429\",group=\"\",resource=\"configmaps\",verb=\"GET\"}} 3\n"
+        );
+        assert_eq!((throttled(TEXT), throttled(&text)), (0.0, 3.0));
     }
 
     #[test]

@@ -48,6 +48,12 @@ pub struct System {
     /// The operator replicas running now (usually one; a failover suite runs two).
     operators: Vec<OperatorProcess>,
     operator_starts: u32,
+    /// Arguments given to every operator started from now on, after the suite's own (a benchmark
+    /// tries `--reconciles-at-once` this way).
+    pub operator_args: Vec<String>,
+    /// The operator binary started from now on (by default `sluice-operator` beside the others; a
+    /// benchmark may run a release build).
+    pub operator_binary: PathBuf,
     /// A client of the cluster as its administrator (what the suite does as the user).
     pub client: kube::Client,
     /// The suite's namespace.
@@ -123,6 +129,8 @@ impl System {
             operator_kubeconfig,
             operators: Vec::new(),
             operator_starts: 0,
+            operator_args: Vec::new(),
+            operator_binary: bin_dir.join("sluice-operator"),
             client,
             namespace,
         })
@@ -144,11 +152,12 @@ impl System {
         self.operator_starts += 1;
         let identity = format!("operator-{}", self.operator_starts);
         let log = std::fs::File::create(self.operator_log(&identity))?;
-        let child = Command::new(self.bin_dir.join("sluice-operator"))
+        let child = Command::new(&self.operator_binary)
             .args(["--admin-addr", "127.0.0.1:0", "--reader-image", "sluice:local"])
             .args(["--leader-election", "on", "--lease-namespace", &self.namespace])
             .args(["--namespace", &self.namespace])
             .args(["--identity", &identity])
+            .args(&self.operator_args)
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env("RUST_LOG", "info")
             .envs(aws_test_env())

@@ -28,7 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sluice_crds::SqsSource;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
-use sluice_tests::proc_usage::{Usage, load_average};
+use sluice_tests::proc_usage::{Usage, cpu_between, cpu_by_command, load_average, machine_busy_seconds};
 use sluice_tests::request_counts::{self, RequestCounts};
 use sluice_tests::scrape::{address_in_log, metric};
 use sluice_tests::sinkserver::SinkServer;
@@ -59,6 +59,14 @@ struct Args {
     /// Seconds allowed for every source to become Ready.
     #[arg(long, default_value_t = 900)]
     ready_timeout: u64,
+    /// An argument for the operator after the bench's own, repeatable
+    /// (`--operator-arg=--reconciles-at-once=32`).
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
+    /// The operator binary (default: `sluice-operator` beside this one; e.g.
+    /// `target/release/sluice-operator` to measure the build that ships).
+    #[arg(long)]
+    operator: Option<PathBuf>,
     /// Where the systems keep logs and state (default: a fresh temporary directory, kept).
     #[arg(long)]
     state_dir: Option<PathBuf>,
@@ -82,6 +90,57 @@ struct Figures {
     reconcile_wait: (f64, f64, f64),
     reactions: Vec<Duration>,
     load: (f64, f64),
+    /// From the first apply until all are Ready: what bounds that time.
+    creation: Creation,
+}
+
+/// The machine while a fleet is created (first apply until every source has been Ready).
+#[derive(Default)]
+struct Creation {
+    /// The operator's CPU, cores.
+    operator_cores: f64,
+    /// The whole machine's busy CPU, cores.
+    machine_cores: f64,
+    /// CPU seconds by command, highest first.
+    by_command: Vec<(String, f64)>,
+    /// API requests per source by verb and resource, all clients, highest first.
+    api_per_source: Vec<((String, String), f64)>,
+    /// Requests the API server answered with 429, all clients.
+    throttled: f64,
+}
+
+/// A reading of the machine and the API server, taken at both ends of the creation.
+struct Snapshot {
+    at: Instant,
+    operator: Usage,
+    machine: f64,
+    by_command: std::collections::BTreeMap<String, f64>,
+    api: String,
+}
+
+impl Snapshot {
+    async fn take(system: &System, pid: u32) -> Result<Self> {
+        Ok(Self {
+            at: Instant::now(),
+            operator: Usage::read(pid)?,
+            machine: machine_busy_seconds().unwrap_or(f64::NAN),
+            by_command: cpu_by_command(),
+            api: apiserver_metrics(system).await?,
+        })
+    }
+
+    fn creation_until(&self, after: &Self, n: usize) -> Creation {
+        let seconds = after.at.duration_since(self.at).as_secs_f64().max(1e-3);
+        let (api_before, api_after) = (request_counts::parse(&self.api), request_counts::parse(&after.api));
+        Creation {
+            operator_cores: (after.operator.cpu_seconds - self.operator.cpu_seconds) / seconds,
+            machine_cores: (after.machine - self.machine) / seconds,
+            by_command: cpu_between(&self.by_command, &after.by_command),
+            // `per_minute` over "minutes" of n: the same deltas, per source.
+            api_per_source: request_counts::per_minute(&api_before, &api_after, n.max(1) as f64),
+            throttled: request_counts::throttled(&after.api) - request_counts::throttled(&self.api),
+        }
+    }
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -120,9 +179,13 @@ fn aws_requests(text: &str, names: &[String], api: Option<&str>) -> f64 {
         .sum()
 }
 
-async fn apiserver_requests(system: &System) -> Result<RequestCounts> {
+async fn apiserver_metrics(system: &System) -> Result<String> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
-    Ok(request_counts::parse(&system.client.request_text(request).await?))
+    Ok(system.client.request_text(request).await?)
+}
+
+async fn apiserver_requests(system: &System) -> Result<RequestCounts> {
+    Ok(request_counts::parse(&apiserver_metrics(system).await?))
 }
 
 /// Waits until every source has said Ready=True; answers each one's creation-to-Ready seconds
@@ -217,6 +280,10 @@ async fn measure_on(
     let busy = if n == 1 { 0 } else { args.busy.min(n) };
     let sink = SinkServer::start("127.0.0.1:0").await?;
     let mut system = System::start(&bin_dir(), &state_dir.join(format!("n{n}"))).await?;
+    system.operator_args.clone_from(&args.operator_args);
+    if let Some(operator) = &args.operator {
+        system.operator_binary = std::path::absolute(operator)?;
+    }
     system.start_operator()?;
     let pid = system.operator_pid().context("the operator is not running")?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
@@ -227,6 +294,7 @@ async fn measure_on(
     let busy_queues: Vec<&TestQueue> = queues.iter().take(busy).collect();
     let feeding = feed(&busy_queues, args.busy_rate, stop_feed.clone());
     let run = async {
+        let before = Snapshot::take(&system, pid).await?;
         let started = Instant::now();
         stream::iter(queues.iter().enumerate())
             .map(|(i, queue)| {
@@ -240,6 +308,7 @@ async fn measure_on(
         let applied = started.elapsed();
         figures.to_ready = wait_all_ready(&sources, n, Duration::from_secs(args.ready_timeout)).await?;
         figures.all_ready = Some(started.elapsed());
+        figures.creation = before.creation_until(&Snapshot::take(&system, pid).await?, n);
         println!(
             "  {n} sources: applied in {:.1} s, all Ready {:.1} s after the first apply",
             applied.as_secs_f64(),
@@ -374,7 +443,25 @@ fn print_table(all: &[Figures]) {
         seconds(&f.reactions).iter().map(|s| format!("{s:.1}")).collect::<Vec<_>>().join(" ") + " s"
     });
     row("load average (1 min) at window start / end", &|f| format!("{:.1} / {:.1}", f.load.0, f.load.1));
+    row("during creation: operator / machine CPU", &|f| {
+        format!("{:.2} / {:.2} cores", f.creation.operator_cores, f.creation.machine_cores)
+    });
+    row("during creation: API requests per source", &|f| {
+        format!("{:.1}", f.creation.api_per_source.iter().map(|r| r.1).sum::<f64>())
+    });
+    row("during creation: 429s from the API server", &|f| format!("{:.0}", f.creation.throttled));
     for f in all.iter().filter(|f| f.sources > 1) {
+        println!("CPU seconds by command during the creation of {} sources (top 8):", f.sources);
+        for (command, seconds) in f.creation.by_command.iter().take(8) {
+            println!("  {command:<24} {seconds:>8.1}");
+        }
+        println!(
+            "API requests per source during the creation of {} sources (top 16, all clients):",
+            f.sources
+        );
+        for ((verb, resource), per) in f.creation.api_per_source.iter().take(16) {
+            println!("  {verb:<8} {resource:<40} {per:>8.2}");
+        }
         println!(
             "API requests per minute over the steady window, {} sources (top 12, all clients):",
             f.sources
@@ -396,13 +483,19 @@ async fn main() -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
         "sluice-bench-sources: fleets {:?} plus one source, {} busy at {} msg/s, steady window {} s \
-         after {} s settling, {} bursts each; {cores} cores, load average {:.1}; state under {}",
+         after {} s settling, {} bursts each; operator {} {:?}; {cores} cores, load average {:.1}; \
+         state under {}",
         args.sources,
         args.busy,
         args.busy_rate,
         args.window,
         args.settle,
         args.bursts,
+        args.operator
+            .as_deref()
+            .map_or_else(|| bin_dir().join("sluice-operator"), Path::to_path_buf)
+            .display(),
+        args.operator_args,
         load_average().unwrap_or(f64::NAN),
         state_dir.display()
     );
