@@ -35,6 +35,7 @@ use crate::reconcile::Context;
 use crate::replay;
 use crate::scaler::{self, SqsQueueAttributes};
 use crate::sink_health;
+use crate::source_cache::SourceCache;
 use crate::telemetry;
 use crate::throttle::metrics::ThrottleMetrics;
 use crate::throttle::{ApiThrottle, ObservedRetry};
@@ -96,20 +97,26 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let inspector = Identities::new(SqsInspector::new(aws));
     let scope = Scope::from_flag(cli.namespace.clone());
     let own_writes = OwnWrites::default();
+    // One watch of the sources for the four background tasks, started once this replica leads.
+    let (sources, watching_sources) = SourceCache::new(&client, &scope, shutdown.child_token());
     let scaler = scaler::run(
-        client.clone(),
-        scope.clone(),
-        Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
-        cli.scaler_intervals_at_once,
-        own_writes.clone(),
+        scaler::Inputs {
+            client: client.clone(),
+            scope: scope.clone(),
+            sources: sources.clone(),
+            queues: Arc::new(SqsQueueAttributes::with_identities(inspector.clone())),
+            at_once: cli.scaler_intervals_at_once,
+            own_writes: own_writes.clone(),
+        },
         &mut registry,
         shutdown.child_token(),
     );
 
-    let checkpoint = checkpoint::run(client.clone(), scope.clone(), &mut registry, shutdown.child_token());
-    let sink_health = sink_health::run(client.clone(), scope.clone(), shutdown.child_token());
+    let checkpoint = checkpoint::run(client.clone(), sources.clone(), &mut registry, shutdown.child_token());
+    let sink_health =
+        sink_health::run(client.clone(), scope.clone(), sources.clone(), shutdown.child_token());
     let replay =
-        replay::run(client.clone(), scope.clone(), inspector.clone(), &mut registry, shutdown.child_token());
+        replay::run(client.clone(), sources, inspector.clone(), &mut registry, shutdown.child_token());
 
     let admin_state = Arc::new(AdminState { registry, ready: AtomicBool::new(false) });
     let admin = tokio::spawn(admin::serve(cli.admin_addr, admin_state.clone(), shutdown.clone()));
@@ -141,7 +148,7 @@ async fn operate(cli: Cli) -> Result<(), AppError> {
     let controller =
         controller::run(ctx, scope, cli.reconciles_at_once, async move { stop.cancelled().await });
     let work = async {
-        tokio::join!(controller, scaler, checkpoint, sink_health, replay);
+        tokio::join!(watching_sources, controller, scaler, checkpoint, sink_health, replay);
     };
     let outcome = until_stopped(work, elector.as_ref(), &shutdown, &leading).await;
     if let (Some(elector), Ok(())) = (&elector, &outcome) {

@@ -32,6 +32,7 @@ pub mod queue_check;
 pub mod reconcile;
 pub mod reconcile_wait;
 pub mod scope;
+pub mod source_cache;
 pub mod source_ticks;
 pub mod status;
 pub mod telemetry;

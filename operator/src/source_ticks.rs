@@ -5,44 +5,29 @@
 //! changing, so the tasks must look again anyway; a fixed tick bounds their latency. Why the sources
 //! come from a watch-fed cache rather than a list at each tick: the coordinator ticks twice a
 //! second, and listing a thousand sources that often would cost the API server (and this process)
-//! far more than the steps themselves, for objects that rarely change. The cache is filled by a
-//! watch with backoff; while the watch fails, the tasks keep stepping the sources last seen, and a
-//! failure is one WARN line when it starts and one INFO line when it ends, not one per retry.
+//! far more than the steps themselves, for objects that rarely change. The cache is the operator's
+//! one `SourceCache`; while its watch fails, the tasks keep stepping the sources last seen.
 
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use sluice_crds::SqsSource;
 use tokio_util::sync::CancellationToken;
 
-use crate::scope::Scope;
+use crate::source_cache::SourceCache;
 
 /// The sources, tick after tick, for one task.
 pub struct SourceTicks {
-    store: Store<SqsSource>,
+    sources: SourceCache,
     tick: Duration,
-    /// Ends the watch when the ticks are dropped.
-    _watching: tokio_util::sync::DropGuard,
 }
 
 impl SourceTicks {
-    /// Starts the watch that fills the cache (on the current Tokio runtime).
-    pub fn new(
-        client: Client,
-        scope: &Scope,
-        tick: Duration,
-        task: &'static str,
-        stale: &'static str,
-    ) -> Self {
-        let (store, writer) = reflector::store();
-        let stop = CancellationToken::new();
-        tokio::spawn(watch(scope.api(&client), writer, task, stale, stop.clone()));
-        Self { store, tick, _watching: stop.drop_guard() }
+    /// Every `tick`, the sources of `sources`.
+    pub fn new(sources: SourceCache, tick: Duration) -> Self {
+        Self { sources, tick }
     }
 
     /// Every source at the next tick once the cache has been filled; `None` once `shutdown` is
@@ -54,24 +39,9 @@ impl SourceTicks {
         }
         tokio::select! {
             () = shutdown.cancelled() => None,
-            ready = self.store.wait_until_ready() => ready.ok().map(|()| self.store.state()),
+            ready = self.sources.ready() => ready.then(|| self.sources.all()),
         }
     }
-}
-
-/// Keeps `writer` in step with the sources until `stop`.
-async fn watch(
-    api: kube::Api<SqsSource>,
-    writer: reflector::store::Writer<SqsSource>,
-    task: &'static str,
-    stale: &'static str,
-    stop: CancellationToken,
-) {
-    let events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(crate::cache_watch::without_field_sets)
-        .reflect(writer);
-    crate::cache_watch::follow(events, task, "SqsSources", stale, stop, |_| {}).await;
 }
 
 /// The sources whose step fails, so that a failure is one WARN line when it starts and one INFO

@@ -12,10 +12,9 @@ use serde::Deserialize;
 use sluice_operator::access::ApiCall;
 
 /// What `operator/src/checkpoint` (helper G) calls, until that module exports its own list: a
-/// list of the sources, the lease ConfigMaps by label, get + apply of the checkpoint ConfigMap,
-/// and its status fields.
+/// the lease ConfigMaps by label, get + apply of the checkpoint ConfigMap, and its status fields
+/// (the sources come from the operator's `SourceCache`).
 const CHECKPOINT_API_CALLS: &[ApiCall] = &[
-    ApiCall::new("sluice.dev", "sqssources", "list"),
     ApiCall::new("", "configmaps", "list"),
     ApiCall::new("", "configmaps", "get"),
     ApiCall::new("", "configmaps", "patch"),
@@ -88,6 +87,7 @@ fn operator_rules() -> BTreeSet<Triple> {
 fn operator_calls() -> BTreeSet<Triple> {
     triples(&[
         sluice_operator::controller::API_CALLS,
+        sluice_operator::source_cache::API_CALLS,
         sluice_operator::apply::API_CALLS,
         sluice_operator::status::API_CALLS,
         sluice_operator::events::API_CALLS,

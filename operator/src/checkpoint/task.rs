@@ -25,7 +25,7 @@ use super::FIELD_MANAGER;
 use super::body;
 use super::metrics::{Metrics, SourceLabels};
 use super::plan::{CheckpointStatus, plan, read_checkpoint};
-use crate::scope::Scope;
+use crate::source_cache::SourceCache;
 use crate::source_ticks::{FailingSources, SourceTicks};
 
 /// How often every source's checkpoint is stepped.
@@ -53,24 +53,18 @@ struct Reported {
 /// steps every exactlyOnce source each [`TICK`] until `shutdown`.
 pub fn run(
     client: Client,
-    scope: Scope,
+    cache: SourceCache,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
-    coordinate(client, scope, Metrics::register(registry), shutdown)
+    coordinate(client, cache, Metrics::register(registry), shutdown)
 }
 
-async fn coordinate(client: Client, scope: Scope, metrics: Metrics, shutdown: CancellationToken) {
+async fn coordinate(client: Client, cache: SourceCache, metrics: Metrics, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(
-        client.clone(),
-        &scope,
-        TICK,
-        "checkpoint",
-        "no epoch is opened or committed for sources created or changed",
-    );
+    let mut ticks = SourceTicks::new(cache, TICK);
     let mut reported: HashMap<(String, String), Reported> = HashMap::new();
     let mut failing = FailingSources::default();
     while let Some(sources) = ticks.next(&shutdown).await {

@@ -22,17 +22,15 @@ use super::report::{ReplayMetrics, Reporter, SourceLabels};
 use crate::access::ApiCall;
 use crate::identity::Identities;
 use crate::names::FIELD_MANAGER;
-use crate::scope::Scope;
+use crate::source_cache::SourceCache;
 use crate::source_ticks::SourceTicks;
 
 /// How often the follower looks for new or withdrawn requests.
 pub const TICK: Duration = Duration::from_secs(2);
 
-/// A list of the sources, the patch of `status.replay`; events through the Recorder.
-pub const API_CALLS: &[ApiCall] = &[
-    ApiCall::new("sluice.dev", "sqssources", "list"),
-    ApiCall::new("sluice.dev", "sqssources/status", "patch"),
-];
+/// The patch of `status.replay` (the sources come from the operator's `SourceCache`); events
+/// through the Recorder.
+pub const API_CALLS: &[ApiCall] = &[ApiCall::new("sluice.dev", "sqssources/status", "patch")];
 
 struct Running {
     id: String,
@@ -43,18 +41,18 @@ struct Running {
 /// The task: runs the sources' replay requests until `shutdown`.
 pub fn run(
     client: Client,
-    scope: Scope,
+    cache: SourceCache,
     identities: Identities,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let metrics = ReplayMetrics::register(registry);
-    follow(client, scope, identities, metrics, shutdown)
+    follow(client, cache, identities, metrics, shutdown)
 }
 
 async fn follow(
     client: Client,
-    scope: Scope,
+    cache: SourceCache,
     identities: Identities,
     metrics: ReplayMetrics,
     shutdown: CancellationToken,
@@ -62,13 +60,7 @@ async fn follow(
     let reporter =
         EventReporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(
-        client.clone(),
-        &scope,
-        TICK,
-        "replay",
-        "replay requests wait for sources created or changed",
-    );
+    let mut ticks = SourceTicks::new(cache, TICK);
     let mut jobs: HashMap<(String, String), Running> = HashMap::new();
     while let Some(sources) = ticks.next(&shutdown).await {
         let mut wanted = HashMap::new();

@@ -31,10 +31,9 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::reflector::ObjectRef;
 use prometheus_client::registry::Registry;
 use sluice_crds::SqsSource;
 use tokio::sync::Semaphore;
@@ -44,6 +43,7 @@ pub use attributes::{QueueAttributes, SqsQueueAttributes};
 use children::Children;
 
 use crate::own_writes::OwnWrites;
+use crate::source_cache::SourceCache;
 pub use decision::{Decision, Observation, backlog, decide};
 pub use history::History;
 pub use metrics::Metrics;
@@ -55,9 +55,6 @@ use crate::names::SCALER_FIELD_MANAGER;
 
 /// Every API call the autoscaler makes (for the operator's ClusterRole; see `access`).
 pub const API_CALLS: &[ApiCall] = &[
-    // The reflector over all SqsSources.
-    ApiCall::new("sluice.dev", "sqssources", "list"),
-    ApiCall::new("sluice.dev", "sqssources", "watch"),
     // Watch the reader Deployments (see `children`), patch their spec.replicas.
     ApiCall::new("apps", "deployments", "list"),
     ApiCall::new("apps", "deployments", "watch"),
@@ -75,23 +72,31 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("events.k8s.io", "events", "patch"),
 ];
 
+/// What the autoscaler works from.
+pub struct Inputs {
+    pub client: Client,
+    /// The namespaces whose reader Deployments and leases it watches.
+    pub scope: Scope,
+    /// The sources, shared with the operator's other background tasks.
+    pub sources: SourceCache,
+    /// Normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients.
+    pub queues: Arc<dyn QueueAttributes>,
+    /// Bounds the intervals in progress together (`--scaler-intervals-at-once`).
+    pub at_once: u16,
+    pub own_writes: OwnWrites,
+}
+
 /// The autoscaler task: registers its metrics into `registry` now, and returns the future that
-/// watches every SqsSource and runs one scaling loop per source until `shutdown`.
-///
-/// `queues` is normally `SqsQueueAttributes::new(inspector)`, sharing the reconciler's SQS clients;
-/// `at_once` bounds the intervals in progress together (`--scaler-intervals-at-once`).
+/// runs one scaling loop per source until `shutdown`.
 pub fn run(
-    client: Client,
-    scope: Scope,
-    queues: Arc<dyn QueueAttributes>,
-    at_once: u16,
-    own_writes: OwnWrites,
+    inputs: Inputs,
     registry: &mut Registry,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let reporter =
         Reporter { controller: SCALER_FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let metrics = Metrics::register(registry);
+    let Inputs { client, scope, sources, queues, at_once, own_writes } = inputs;
     async move {
         let ctx = Context {
             recorder: Recorder::new(client.clone(), reporter),
@@ -102,51 +107,40 @@ pub fn run(
             ticks: Arc::new(Semaphore::new(usize::from(at_once))),
             own_writes,
         };
-        supervise(ctx, scope, shutdown).await;
+        supervise(ctx, sources, shutdown).await;
     }
 }
 
-/// Starts a loop for each source seen; a loop ends by itself when its source is deleted.
-///
-/// Loops start once the watch's list is complete: a loop reads its source from the store, which
-/// kube-runtime fills only then (a loop started from the list's first events found no source and
-/// ended, and the next event started it again).
-async fn supervise(ctx: Context, scope: Scope, shutdown: CancellationToken) {
-    let sources: Api<SqsSource> = scope.api(&ctx.client);
-    let (store, writer) = reflector::store();
-    let events = watcher(sources, watcher::Config::default())
-        .default_backoff()
-        .modify(crate::cache_watch::without_field_sets)
-        .reflect(writer);
+/// Starts a loop for each source in the cache once its first list is complete, and for each
+/// source that appears later; a loop ends by itself when its source is deleted.
+async fn supervise(ctx: Context, cache: SourceCache, shutdown: CancellationToken) {
     let loops_stop = shutdown.child_token();
     let mut loops: HashMap<ObjectRef<SqsSource>, tokio::task::JoinHandle<()>> = HashMap::new();
-    let on_event = |event: &watcher::Event<SqsSource>| {
-        let seen: Vec<ObjectRef<SqsSource>> = match event {
-            watcher::Event::InitDone => {
-                store.state().iter().map(|s| ObjectRef::from_obj(s.as_ref())).collect()
-            }
-            watcher::Event::Apply(source) => vec![ObjectRef::from_obj(source)],
-            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::Delete(_) => return,
-        };
+    let mut changes = cache.changes();
+    let ready = tokio::select! {
+        () = shutdown.cancelled() => false,
+        ready = cache.ready() => ready,
+    };
+    if !ready {
+        return;
+    }
+    loop {
+        changes.borrow_and_update();
         loops.retain(|_, handle| !handle.is_finished());
-        for key in seen {
-            if let Entry::Vacant(slot) = loops.entry(key) {
+        for source in cache.all() {
+            if let Entry::Vacant(slot) = loops.entry(ObjectRef::from_obj(source.as_ref())) {
                 let key = slot.key().clone();
                 tracing::info!(namespace = key.namespace.as_deref().unwrap_or_default(), source = %key.name, "starting scaling loop");
-                let task = run_source(ctx.clone(), store.clone(), key, loops_stop.child_token());
+                let task = run_source(ctx.clone(), cache.clone(), key, loops_stop.child_token());
                 slot.insert(tokio::spawn(task));
             }
         }
-    };
-    crate::cache_watch::follow(
-        events,
-        "scaler",
-        "SqsSources",
-        "no source is scaled",
-        shutdown.clone(),
-        on_event,
-    )
-    .await;
+        // Several changes in a row wake this once; a change during the walk wakes it again.
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            changed = changes.changed() => if changed.is_err() { break },
+        }
+    }
     loops_stop.cancel();
     for (key, handle) in loops {
         if let Err(error) = handle.await {

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::SqsSource;
 use tokio::sync::Semaphore;
@@ -37,6 +37,7 @@ use super::metrics::{Metrics, SourceLabels};
 use super::suspend;
 use crate::names::{SCALER_FIELD_MANAGER, checkpoint_name, reader_name};
 use crate::own_writes::OwnWrites;
+use crate::source_cache::SourceCache;
 
 /// Shared by every source's loop.
 #[derive(Clone)]
@@ -307,14 +308,14 @@ async fn publish_replicas(
     Ok(())
 }
 
-/// Runs `key`'s loop until the source is gone from `store` or `shutdown` fires.
+/// Runs `key`'s loop until the source is gone from `sources` or `shutdown` fires.
 #[tracing::instrument(name = "scaler", skip_all, fields(
     source = %key.name,
     namespace = %key.namespace.as_deref().unwrap_or_default(),
 ))]
 pub async fn run_source(
     ctx: Context,
-    store: Store<SqsSource>,
+    sources: SourceCache,
     key: ObjectRef<SqsSource>,
     shutdown: CancellationToken,
 ) {
@@ -326,7 +327,7 @@ pub async fn run_source(
         () = shutdown.cancelled() => return,
         ready = ctx.children.ready() => if !ready { return },
     }
-    while let Some(source) = store.get(&key) {
+    while let Some(source) = sources.get(&key) {
         let started = tokio::time::Instant::now();
         let source_labels = labels_of(&source);
         let outcome = {
@@ -345,7 +346,7 @@ pub async fn run_source(
             }
             Ok(Tick::Decided { .. } | Tick::Suspended) => {}
             // The source or its Deployment went away between the watch and this tick: the loop
-            // ends once the store drops the source; nothing failed.
+            // ends once the cache drops the source; nothing failed.
             Err(TickError::Kube(kube::Error::Api(status))) if status.code == 404 => {
                 tracing::debug!("source or reader deployment gone");
             }

@@ -298,8 +298,8 @@ async fn the_loop_polls_each_interval_and_ends_with_its_source() {
     let queue = FakeQueue::new(10, 0);
     let (ctx, handle) = context(queue.clone(), Children::of(vec![deployment(1)], Vec::new()));
     let source = source(json!({ "pollIntervalSeconds": 1 }));
-    let (store, mut writer) = kube::runtime::reflector::store();
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
+    let (store, mut writer) = crate::source_cache::SourceCache::by_hand();
+    writer(kube::runtime::watcher::Event::Apply(source.clone()));
     let server = tokio::spawn(serve(handle, first_interval_writes(&source)));
     let started = tokio::time::Instant::now();
     let looping =
@@ -314,7 +314,7 @@ async fn the_loop_polls_each_interval_and_ends_with_its_source() {
     tokio::time::timeout(Duration::from_secs(5), polled_twice).await.expect("a second interval");
     assert!(started.elapsed() >= Duration::from_secs(1), "two polls are an interval apart");
     server.await.unwrap();
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(source));
+    writer(kube::runtime::watcher::Event::Delete(source));
     tokio::time::timeout(Duration::from_secs(3), looping).await.expect("the loop ended").unwrap();
 }
 
@@ -322,8 +322,8 @@ async fn the_loop_polls_each_interval_and_ends_with_its_source() {
 async fn shutdown_interrupts_the_wait_between_polls() {
     let (ctx, handle) = context(FakeQueue::new(10, 0), Children::of(vec![deployment(1)], Vec::new()));
     let source = source(json!({ "pollIntervalSeconds": 300 }));
-    let (store, mut writer) = kube::runtime::reflector::store();
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(source.clone()));
+    let (store, mut writer) = crate::source_cache::SourceCache::by_hand();
+    writer(kube::runtime::watcher::Event::Apply(source.clone()));
     let server = tokio::spawn(serve(handle, first_interval_writes(&source)));
     let shutdown = CancellationToken::new();
     let looping = tokio::spawn(run_source(ctx, store, ObjectRef::from_obj(&source), shutdown.clone()));

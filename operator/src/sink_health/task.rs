@@ -29,40 +29,33 @@ use crate::condition_patch::{condition_patch, since};
 use crate::error::kube_line;
 use crate::scaler::drain::all_leases_selector;
 use crate::scope::Scope;
+use crate::source_cache::SourceCache;
 use crate::source_ticks::{FailingSources, SourceTicks};
 
 /// How often the reports are read. Readers write at most every 5 s, so a faster tick would see
 /// nothing new.
 pub const TICK: Duration = Duration::from_secs(5);
 
-/// A list of the sources, a list of each one's lease ConfigMaps, the condition's patch; events
-/// through the Recorder (`events::API_CALLS`).
-pub const API_CALLS: &[ApiCall] = &[
-    ApiCall::new("sluice.dev", "sqssources", "list"),
-    ApiCall::new("", "configmaps", "list"),
-    ApiCall::new("sluice.dev", "sqssources/status", "patch"),
-];
+/// A list of the readers' lease ConfigMaps, the condition's patch (the sources come from the
+/// operator's `SourceCache`); events through the Recorder (`events::API_CALLS`).
+pub const API_CALLS: &[ApiCall] =
+    &[ApiCall::new("", "configmaps", "list"), ApiCall::new("sluice.dev", "sqssources/status", "patch")];
 
 /// The task: follows every source's sink health until `shutdown`.
 pub fn run(
     client: Client,
     scope: Scope,
+    cache: SourceCache,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
-    follow(client, scope, shutdown)
+    follow(client, scope, cache, shutdown)
 }
 
-async fn follow(client: Client, scope: Scope, shutdown: CancellationToken) {
+async fn follow(client: Client, scope: Scope, cache: SourceCache, shutdown: CancellationToken) {
     let reporter =
         Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut ticks = SourceTicks::new(
-        client.clone(),
-        &scope,
-        TICK,
-        "sink health",
-        "SinksHealthy conditions go stale for sources created or changed",
-    );
+    let mut ticks = SourceTicks::new(cache, TICK);
     // The status each source's condition last had, for events; first taken from the object.
     let mut known: HashMap<(String, String), String> = HashMap::new();
     let mut failing = FailingSources::default();
