@@ -427,7 +427,16 @@ fn reachability(queues: &[QueueObservation]) -> Verdict {
     }
 }
 
+/// What of the reader Deployment the conditions read, hashed: a change of the Deployment that
+/// leaves this as it was changes no condition (see `deployment_views`).
+pub fn rollout_digest(deployment: &Deployment) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&Rollout::of(deployment), &mut hasher);
+    std::hash::Hasher::finish(&hasher)
+}
+
 /// The reader Deployment's rollout, as far as the status needs it.
+#[derive(Hash)]
 struct Rollout {
     desired: i32,
     current: i32,
@@ -454,7 +463,12 @@ impl Rollout {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
-        let rolling = !seen || updated < desired || current > updated;
+        // At zero replicas with no pod left there is nothing to roll out, whether or not the
+        // Deployment controller has seen the latest generation: a new source at `minReplicas: 0`
+        // says RolloutComplete at once, and that controller's first status write changes nothing
+        // the conditions show (so starts no reconcile: see `deployment_views`).
+        let nothing_to_roll = desired == 0 && current == 0;
+        let rolling = (!seen && !nothing_to_roll) || updated < desired || current > updated;
         Self { desired, current, ready, updated, rolling, stuck }
     }
 

@@ -191,6 +191,21 @@ fn rollouts_scaled_to_zero_and_stuck_rollouts() {
     let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &zero });
     assert_eq!(summary(&c, READY), pair("True", "ScaledToZero"));
 
+    // Just created at zero, not yet seen by the Deployment controller: nothing to roll out.
+    let mut created = deployment(Some(0), 0);
+    created.status = None;
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &created });
+    assert_eq!(summary(&c, PROGRESSING), pair("False", "RolloutComplete"));
+    assert_eq!(summary(&c, READY), pair("True", "ScaledToZero"));
+    // Scaled to zero with readers still running, not yet seen: the old readers are still going.
+    let mut stopping = deployment(Some(0), 2);
+    if let Some(s) = stopping.status.as_mut() {
+        (s.observed_generation, s.replicas, s.updated_replicas) = (Some(1), Some(2), Some(2));
+    }
+    stopping.metadata.generation = Some(2);
+    let c = compute(Outcome::Applied { spec: &spec, queues: &queues, targets: &[], deployment: &stopping });
+    assert_eq!(summary(&c, PROGRESSING), pair("True", "RollingOut"));
+
     let mut rolling = deployment(Some(3), 1);
     if let Some(s) = rolling.status.as_mut() {
         s.updated_replicas = Some(1);

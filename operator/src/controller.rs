@@ -19,6 +19,7 @@ use kube::{Api, Client, Resource};
 use sluice_crds::SqsSource;
 
 use crate::access::ApiCall;
+use crate::deployment_views::DeploymentViews;
 use crate::error::{Error, PERMANENT_FAILURE_REQUEUE};
 use crate::names;
 use crate::own_writes::{OwnWrites, Seen};
@@ -85,6 +86,35 @@ where
     )
 }
 
+/// The reader Deployments as they change in what the reconciler reads of them (see
+/// `deployment_views`), less the echoes of the operator's own writes, each reported to `own`.
+/// Whole objects, not metadata: the rollout is in the status.
+fn deployment_changes_by_others(
+    client: &Client,
+    scope: &Scope,
+    config: &watcher::Config,
+    own: &OwnWrites,
+) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
+    let own = own.clone();
+    let mut views = DeploymentViews::default();
+    watcher(api::<Deployment>(client, scope), config.clone()).default_backoff().try_filter_map(move |event| {
+        let child = match event {
+            watcher::Event::Apply(child) | watcher::Event::InitApply(child) => {
+                let by_others = own.saw(Seen::Applied(&child));
+                // Recorded for every event, echoes too: an echo's view is the one to compare with.
+                let changed = views.changed(&child);
+                (by_others && changed).then_some(child)
+            }
+            watcher::Event::Delete(child) => {
+                views.forget(&child);
+                own.saw(Seen::Deleted(&child)).then_some(child)
+            }
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        std::future::ready(Ok(child))
+    })
+}
+
 /// What to do after a failed reconcile: back off on transient errors, wait long on the rest.
 pub fn error_policy(object: Arc<DeserializeGuard<SqsSource>>, error: &Error, ctx: Arc<Context>) -> Action {
     if error.is_transient() {
@@ -148,7 +178,7 @@ pub async fn run(
     let own = ctx.own_writes.clone();
     Controller::for_stream(sources, store)
         .with_config(controller::Config::default().concurrency(at_once))
-        .owns_stream(changes_by_others::<Deployment>(&client, &scope, &children, &own))
+        .owns_stream(deployment_changes_by_others(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ConfigMap>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ServiceAccount>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<Role>(&client, &scope, &children, &own))

@@ -20,6 +20,7 @@ pub mod condition_patch;
 pub mod conditions;
 pub mod controller;
 pub mod deletion;
+pub mod deployment_views;
 pub mod error;
 pub mod events;
 pub mod identity;

@@ -108,7 +108,7 @@ fn child_of<K: Resource<DynamicType = ()>>(object: &K) -> Option<Child> {
 
 /// For kinds with a generation: what of the metadata only others change (a status write moves
 /// none of it).
-fn shape<K: Resource<DynamicType = ()>>(object: &K) -> Option<u64> {
+pub(crate) fn shape<K: Resource<DynamicType = ()>>(object: &K) -> Option<u64> {
     let meta = object.meta();
     let generation = meta.generation?;
     let annotations: BTreeMap<&String, &String> =
