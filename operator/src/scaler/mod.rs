@@ -66,7 +66,7 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("", "configmaps", "patch"),
     ApiCall::new("", "configmaps", "create"),
     ApiCall::new("sluice.dev", "sqssources/status", "patch"),
-    // Read the source afresh before writing the Fallback condition into its conditions.
+    // Read the source afresh when a patch of the Fallback condition made from the watched copy is refused.
     ApiCall::new("sluice.dev", "sqssources", "get"),
     ApiCall::new("events.k8s.io", "events", "create"),
     ApiCall::new("events.k8s.io", "events", "patch"),
