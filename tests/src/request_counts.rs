@@ -14,8 +14,19 @@ pub type RequestCounts = BTreeMap<(String, String), f64>;
 
 /// Sums `apiserver_request_total` over codes and scopes, from the text of `/metrics`.
 pub fn parse(metrics: &str) -> RequestCounts {
+    by_verb_and_resource(metrics, "apiserver_request_total")
+}
+
+/// Sums `apiserver_request_duration_seconds_sum` over scopes: the seconds the API server spent
+/// answering, by verb and resource (a watch counts its whole life: leave `WATCH` out).
+pub fn seconds(metrics: &str) -> RequestCounts {
+    by_verb_and_resource(metrics, "apiserver_request_duration_seconds_sum")
+}
+
+fn by_verb_and_resource(metrics: &str, name: &str) -> RequestCounts {
     let mut counts = RequestCounts::new();
-    for line in metrics.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    let prefix = format!("{name}{{");
+    for line in metrics.lines().filter(|l| l.starts_with(&prefix)) {
         let Some((labels, value)) = line.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<f64>() else { continue };
         let label = |name: &str| -> String {
@@ -73,6 +84,13 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         assert_eq!(counts[&("GET".to_owned(), "apps/deployments".to_owned())], 12.0);
         assert_eq!(counts[&("APPLY".to_owned(), "sluice.dev/sqssources/status".to_owned())], 4.0);
         assert_eq!(counts[&("LIST".to_owned(), "configmaps".to_owned())], 30.0);
+    }
+
+    #[test]
+    fn sums_the_seconds_spent_by_verb_and_resource() {
+        let text = "apiserver_request_duration_seconds_sum{group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"APPLY\"} 1.5\n\
+                    apiserver_request_duration_seconds_sum{group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"APPLY\"} 0.5\n";
+        assert_eq!(seconds(text)[&("APPLY".to_owned(), "configmaps".to_owned())], 2.0);
     }
 
     #[test]

@@ -39,7 +39,6 @@ const READER_ADMIN_PORT: i32 = 8080;
 /// A running system in one namespace. Dropping it stops the operator and deletes the namespace
 /// (garbage collection removes the readers, the kubelet stops their processes).
 pub struct System {
-    bin_dir: PathBuf,
     state_dir: PathBuf,
     info: Info,
     /// The private cluster's `sluice-controlplane up`, when the test command started none.
@@ -122,7 +121,6 @@ impl System {
         install::operator_kubeconfig(&client, &info.url, &info.ca, &namespace, &operator_kubeconfig).await?;
         std::fs::write(state_dir.join("namespace"), &namespace)?;
         Ok(Self {
-            bin_dir: bin_dir.to_owned(),
             state_dir,
             info,
             private,

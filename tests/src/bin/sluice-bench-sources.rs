@@ -107,6 +107,9 @@ struct Creation {
     api_per_source: Vec<((String, String), f64)>,
     /// Requests the API server answered with 429, all clients.
     throttled: f64,
+    /// Seconds the API server spent answering, by verb and resource (watches left out), with the
+    /// requests' count, highest first.
+    api_seconds: Vec<((String, String), f64, f64)>,
 }
 
 /// A reading of the machine and the API server, taken at both ends of the creation.
@@ -139,6 +142,23 @@ impl Snapshot {
             // `per_minute` over "minutes" of n: the same deltas, per source.
             api_per_source: request_counts::per_minute(&api_before, &api_after, n.max(1) as f64),
             throttled: request_counts::throttled(&after.api) - request_counts::throttled(&self.api),
+            api_seconds: {
+                let spent = request_counts::per_minute(
+                    &request_counts::seconds(&self.api),
+                    &request_counts::seconds(&after.api),
+                    1.0,
+                );
+                let counts: HashMap<_, _> =
+                    request_counts::per_minute(&api_before, &api_after, 1.0).into_iter().collect();
+                spent
+                    .into_iter()
+                    .filter(|((verb, _), _)| verb != "WATCH")
+                    .map(|(key, s)| {
+                        let n = counts.get(&key).copied().unwrap_or(0.0);
+                        (key, s, n)
+                    })
+                    .collect()
+            },
         }
     }
 }
@@ -454,6 +474,14 @@ fn print_table(all: &[Figures]) {
         println!("CPU seconds by command during the creation of {} sources (top 8):", f.sources);
         for (command, seconds) in f.creation.by_command.iter().take(8) {
             println!("  {command:<24} {seconds:>8.1}");
+        }
+        println!(
+            "API server time by request during the creation of {} sources (top 12: seconds, requests, mean):",
+            f.sources
+        );
+        for ((verb, resource), seconds, n) in f.creation.api_seconds.iter().take(12) {
+            let mean_ms = if *n > 0.0 { seconds / n * 1000.0 } else { f64::NAN };
+            println!("  {verb:<8} {resource:<40} {seconds:>8.1} s {n:>7.0} {mean_ms:>7.1} ms");
         }
         println!(
             "API requests per source during the creation of {} sources (top 16, all clients):",
