@@ -10,8 +10,8 @@
 //! Deployment controller's writes start. The Deployment goes after the objects its pods need
 //! (ConfigMap, ServiceAccount, Role and RoleBinding), so they start with them in place. The
 //! source's entry in the namespace's register of reader accounts (build/reader_registry.rs) goes
-//! first, under the source's own field manager, so no reader runs before the admission policy
-//! holds it.
+//! first, by a merge patch of its own key (reader_register.rs), so no reader runs before the
+//! admission policy holds it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::access::ApiCall;
+use crate::build::Children;
 use crate::build::starting_replicas::replicas_to_name;
-use crate::build::{Children, reader_registry};
 use crate::error::Result;
 use crate::names::{FIELD_MANAGER, SCALER_FIELD_MANAGER};
 use crate::own_writes::{OwnWrites, content_hash};
@@ -58,8 +58,7 @@ pub const API_CALLS: &[ApiCall] = &[
 /// operator may bind only what it could be shown to hold), so it waits for the Role.
 pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     // First: the admission policy holds the readers only once their account is registered.
-    let registry = &children.reader_registry;
-    apply_unless_unchanged(client, &registry.config_map, &registry.field_manager, own).await?;
+    crate::reader_register::register(client, &children.reader_registry, own).await?;
     let account = async {
         match &children.service_account {
             Some(account) => apply_unless_unchanged(client, account, FIELD_MANAGER, own).await,
@@ -114,22 +113,6 @@ async fn apply_deployment(client: &Client, children: &Children, own: &OwnWrites)
     // apply is not sent.
     own.applied(&handed_over, FIELD_MANAGER, content_hash(&children.deployment), mark);
     Ok(handed_over)
-}
-
-/// Withdraws a deleted source's entry from its namespace's register of reader accounts.
-/// The entry goes from `own` too: the register is not watched, so a source created again under
-/// the same name would otherwise find its entry "as last applied" and skip it.
-pub async fn release_reader_registry(
-    client: &Client,
-    namespace: &str,
-    source: &str,
-    own: &OwnWrites,
-) -> Result<()> {
-    let release = reader_registry::release(namespace);
-    let manager = reader_registry::field_manager(source);
-    apply_as(client, &release, &manager).await?;
-    own.withdrawn(&release, &manager);
-    Ok(())
 }
 
 /// Applies `object` as `manager` unless it is what that manager last applied and no one changed

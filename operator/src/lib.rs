@@ -30,6 +30,7 @@ pub mod names;
 pub mod own_writes;
 pub mod pod_checks;
 pub mod queue_check;
+pub mod reader_register;
 pub mod reconcile;
 pub mod reconcile_wait;
 pub mod scope;

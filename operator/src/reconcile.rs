@@ -27,7 +27,7 @@ use kube::runtime::events::Recorder;
 use kube::{Api, Client, Resource, ResourceExt};
 use sluice_crds::{SqsSource, SqsSourceStatus};
 
-use crate::apply::{apply_children, release_reader_registry};
+use crate::apply::apply_children;
 use crate::backoff::Failures;
 use crate::build::build;
 use crate::conditions::{Computed, Outcome, checkpoint_not_applicable, compute, differs, owned_status};
@@ -121,7 +121,7 @@ async fn reconcile_guarded(source: &SqsSource, ctx: &Context) -> Result<Action> 
     }
     tracing::info!(source = %object_key(source.meta()), "deleted; the garbage collector removes its children");
     // The register of reader accounts has no owner; the source's entry goes by hand.
-    release_reader_registry(&ctx.client, &namespace, &name, &ctx.own_writes).await?;
+    crate::reader_register::withdraw(&ctx.client, &namespace, &name, &ctx.own_writes).await?;
     ctx.metrics.forget(&SourceLabels { namespace: namespace.clone(), source: name.clone() });
     deletion::release(&api, source.meta()).await?;
     Ok(Action::await_change())

@@ -72,6 +72,10 @@ enum Expect {
     ReadDeployment { exists: bool },
     /// After a create, the autoscaler's field manager taking `spec.replicas` over.
     HandOver { replicas: i64 },
+    /// A merge patch of the register of reader accounts with this `data`.
+    Register { data: Value },
+    /// The GET of the register, answered with this `data`.
+    ReadRegister { data: Value },
 }
 
 /// The situations reconcile must handle.
@@ -104,23 +108,20 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
     }
 }
 
-/// The source's entry in the register of reader accounts (the reader policy's parameter), applied
-/// under the source's own field manager; on deletion an empty one withdraws it.
-fn register_apply(registered: bool) -> Expect {
-    apply("/api/v1/namespaces/shop/configmaps/sluice-readers", move |b| {
-        assert_eq!(b["kind"], "ConfigMap");
-        let want = if registered { json!({"orders-reader": "orders"}) } else { Value::Null };
-        assert_eq!(b["data"], want, "{b}");
-        assert!(b["metadata"].get("ownerReferences").is_none(), "the register outlives a source: {b}");
-    })
+/// The source's key in the register of reader accounts (the reader policy's parameter), merge
+/// patched alone.
+fn register_entry() -> Expect {
+    Expect::Register { data: json!({"orders-reader": "orders"}) }
 }
+
+const REGISTER: &str = "/api/v1/namespaces/shop/configmaps/sluice-readers";
 
 /// The seven child applies in the order they are sent (the register entry first), with the Deployment's config hash handed
 /// to `hash`; `created`: the Deployment is new, so its apply names the starting replicas (the
 /// default `minReplicas`, 1) and the autoscaler then takes them over.
 fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<Expect> {
     let mut applies = vec![
-        register_apply(true),
+        register_entry(),
         apply("/api/v1/namespaces/shop/configmaps/orders-config", |b| {
             assert_eq!(b["kind"], "ConfigMap");
             assert!(b["data"]["source.yaml"].as_str().is_some_and(|s| s.contains("kind: SqsSource")));
@@ -222,7 +223,15 @@ fn expectations(scenario: &Scenario, create_hash: Option<String>) -> Vec<Expect>
             }));
             e
         }
-        Scenario::Deletion => vec![register_apply(false), Expect::Finalizer { add: false }],
+        // The register read, the source's keys (the current and a renamed account's) set to
+        // null, another source's left alone.
+        Scenario::Deletion => vec![
+            Expect::ReadRegister {
+                data: json!({"orders-reader": "orders", "orders-old": "orders", "payments-reader": "payments"}),
+            },
+            Expect::Register { data: json!({"orders-old": null, "orders-reader": null}) },
+            Expect::Finalizer { add: false },
+        ],
     }
 }
 
@@ -365,6 +374,31 @@ async fn verify(
                 );
                 assert_eq!(body["spec"], json!({ "replicas": replicas }), "only the replicas: {body}");
                 respond(send, &deployment);
+            }
+            Expect::Register { data } => {
+                assert_eq!((&method, path.as_str()), (&Method::PATCH, REGISTER), "request {i}");
+                assert!(
+                    query.contains("fieldManager=sluice-operator") && !query.contains("force"),
+                    "{query}"
+                );
+                assert_eq!(body, json!({ "data": data }), "request {i}: only the source's keys");
+                // As the server answers: the keys set to null are gone.
+                let kept: serde_json::Map<String, Value> = data
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let answer = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "sluice-readers", "namespace": "shop", "resourceVersion": "7"}, "data": kept});
+                respond(send, &answer);
+            }
+            Expect::ReadRegister { data } => {
+                assert_eq!((&method, path.as_str()), (&Method::GET, REGISTER), "request {i}");
+                let answer = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "sluice-readers", "namespace": "shop", "resourceVersion": "6"}, "data": data});
+                respond(send, &answer);
             }
             Expect::Status { check } => {
                 let want = format!(
@@ -564,8 +598,8 @@ async fn a_deleted_source_only_releases_its_finalizer_to_the_garbage_collector()
     assert_eq!(action, Action::await_change());
     assert_eq!(
         bodies.len(),
-        2,
-        "the register entry withdrawn, the finalizer released: no child, no status, no event"
+        3,
+        "the register read and the source's keys withdrawn, the finalizer released: no child, no status, no event"
     );
 }
 

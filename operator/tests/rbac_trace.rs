@@ -89,6 +89,7 @@ fn operator_calls() -> BTreeSet<Triple> {
         sluice_operator::controller::API_CALLS,
         sluice_operator::source_cache::API_CALLS,
         sluice_operator::apply::API_CALLS,
+        sluice_operator::reader_register::API_CALLS,
         sluice_operator::status::API_CALLS,
         sluice_operator::events::API_CALLS,
         sluice_operator::leader::elector::API_CALLS,
