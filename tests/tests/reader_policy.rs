@@ -132,13 +132,15 @@ async fn source_namespace(system: &System) -> String {
         .await
         .unwrap();
     grant_config_maps(&system.client, ns, &format!("{SOURCE}-reader")).await;
-    let register = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": REGISTER, "namespace": ns},
-        "data": {format!("{SOURCE}-reader"): SOURCE, "payments-reader": "payments"}});
-    let as_operator = PatchParams::apply(&format!("sluice-operator/{SOURCE}")).force();
-    Api::<ConfigMap>::namespaced(system.client.clone(), ns)
-        .patch(REGISTER, &as_operator, &Patch::Apply(register))
-        .await
-        .unwrap();
+    // As the operator writes it: each source's key by a merge patch (the register made first).
+    let register: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": REGISTER, "namespace": ns}})).unwrap();
+    let as_operator = PostParams { field_manager: Some("sluice-operator".into()), ..PostParams::default() };
+    let registers = Api::<ConfigMap>::namespaced(system.client.clone(), ns);
+    registers.create(&as_operator, &register).await.unwrap();
+    let keys = json!({"data": {format!("{SOURCE}-reader"): SOURCE, "payments-reader": "payments"}});
+    let merge = PatchParams { field_manager: Some("sluice-operator".into()), ..PatchParams::default() };
+    registers.patch(REGISTER, &merge, &Patch::Merge(keys)).await.unwrap();
     source.metadata.uid.expect("a created object has a uid")
 }
 
@@ -173,6 +175,20 @@ async fn with_kubelet_mounted_tokens_readers_write_their_own_lease_and_nothing_e
         readers.push((pod.clone(), as_pod));
     }
     println!("{deployment}: two pods created and renewed their own leases with kubelet-mounted tokens");
+
+    // The API server enforces a policy once its caches hold the policy, the binding and the
+    // register, which a cluster started seconds ago may not yet: wait (a dry run changes nothing)
+    // until the peer's lease is refused.
+    let (_, first) = &readers[0];
+    let peer_lease = lease_configmap_name(SOURCE, &readers[1].0);
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    poll::until(Duration::from_secs(30), Duration::from_millis(250), || async {
+        let lease = first.get(&peer_lease).await?;
+        let refused = first.replace(&peer_lease, &dry_run, &lease).await.is_err();
+        Ok(poll::Check::met_if(refused, || "the reader policy is not enforced yet".to_owned()))
+    })
+    .await
+    .unwrap();
 
     // The token is bound to its pod: the peer's lease is not its own.
     for ((me, as_me), (peer, _)) in readers.iter().zip(readers.iter().rev()) {
