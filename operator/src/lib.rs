@@ -51,3 +51,5 @@ pub mod sink_health;
 mod fixtures;
 #[cfg(test)]
 mod pipeline_proptest;
+#[cfg(test)]
+mod scripted_api;

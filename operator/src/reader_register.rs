@@ -92,26 +92,9 @@ mod tests {
     use kube::client::Body;
 
     use super::*;
-
-    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+    use crate::scripted_api::answer;
 
     const PATH: &str = "/api/v1/namespaces/shop/configmaps/sluice-readers";
-
-    /// Answers the next request with `status` and `body`; returns its method, path and body.
-    async fn answer(
-        handle: &mut std::pin::Pin<&mut Handle>,
-        status: StatusCode,
-        body: Value,
-    ) -> (Method, String, Value) {
-        let (request, send) = handle.next_request().await.expect("a request");
-        let (parts, sent) = request.into_parts();
-        let bytes = sent.collect_bytes().await.expect("body");
-        let sent = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("json") };
-        let mut response = Response::new(Body::from(serde_json::to_vec(&body).expect("json")));
-        *response.status_mut() = status;
-        send.send_response(response);
-        (parts.method, parts.uri.path().to_owned(), sent)
-    }
 
     fn status(code: u16, reason: &str) -> Value {
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": reason})

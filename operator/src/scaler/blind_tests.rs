@@ -9,8 +9,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 
 use super::*;
-
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+use crate::scripted_api::answer;
 
 const SOURCE: &str = "/apis/sluice.dev/v1alpha1/namespaces/ns/sqssources/orders";
 
@@ -30,22 +29,6 @@ fn source(conditions: Vec<Value>) -> SqsSource {
         "status": { "conditions": conditions },
     }))
     .expect("valid SqsSource")
-}
-
-/// Answers one request with `status` and `body`; returns the request's method, path and body.
-async fn answer(
-    handle: &mut std::pin::Pin<&mut Handle>,
-    status: StatusCode,
-    body: Value,
-) -> (Method, String, Value) {
-    let (request, send) = handle.next_request().await.expect("a request");
-    let (parts, request_body) = request.into_parts();
-    let bytes = request_body.collect_bytes().await.expect("body");
-    let sent = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("json") };
-    let mut response = Response::new(Body::from(serde_json::to_vec(&body).expect("json")));
-    *response.status_mut() = status;
-    send.send_response(response);
-    (parts.method, parts.uri.path().to_owned(), sent)
 }
 
 #[tokio::test]
