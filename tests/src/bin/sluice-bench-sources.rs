@@ -11,7 +11,10 @@
 //! and resource (its own `apiserver_request_total`), and the operator's AWS requests per minute per
 //! idle source (`sluice_operator_aws_requests_total`). Last, bursts on idle sources, each after a
 //! random wait so that it lands anywhere in the scaler's interval: the time from the burst's
-//! arrival to the reader Deployment's first `spec.replicas` above zero.
+//! arrival to the reader Deployment's first `spec.replicas` above zero, split in two: the wait for
+//! the scaler's next reading of that queue (where the burst fell in the idle interval: chance, the
+//! same at any fleet size while the readings keep their schedule) and the operator's part, from the
+//! reading to the scale-up (what a large fleet could slow down).
 //!
 //! Queues are named with a run-unique prefix and deleted at the end (LocalStack is shared).
 //!
@@ -88,7 +91,7 @@ struct Figures {
     reconcile_mean_ms: f64,
     /// `sluice_operator_reconcile_wait_seconds`: (p50, p99 upper bounds, mean), seconds.
     reconcile_wait: (f64, f64, f64),
-    reactions: Vec<Duration>,
+    bursts: Vec<Burst>,
     load: (f64, f64),
     /// From the first apply until all are Ready: what bounds that time.
     creation: Creation,
@@ -238,18 +241,79 @@ async fn wait_all_ready(api: &Api<SqsSource>, n: usize, timeout: Duration) -> Re
     Ok(ready.into_values().collect())
 }
 
-/// One burst on the idle source `name`: from the first batch acknowledged to the first sample of
-/// its Deployment above zero replicas (`None`: not within 120 s).
-async fn burst(system: &System, name: &str, queue: &TestQueue) -> Result<Option<Duration>> {
+/// One burst on an idle source, split where the operator's part begins.
+struct Burst {
+    /// From the burst's arrival to the first sample of its Deployment above zero replicas.
+    reaction: Duration,
+    /// From the arrival to the first scrape of the operator's metrics showing the scaler's reading
+    /// of it (`sluice_operator_scaler_queue_visible_messages` above zero): the wait for the
+    /// source's next scheduled queue reading, which depends on where in the idle interval the
+    /// burst landed, not on the operator. `None` if no scrape showed it before the scale-up.
+    read: Option<Duration>,
+}
+
+impl Burst {
+    /// From the scaler's reading to the scale-up seen: the decision and the Deployment write,
+    /// what the operator's load could slow down.
+    fn read_to_scale_up(&self) -> Option<Duration> {
+        self.read.map(|read| self.reaction.saturating_sub(read))
+    }
+}
+
+/// One burst on the idle source `name` (`None`: no scale-up within 120 s). The operator's metrics
+/// are scraped every 250 ms meanwhile to see when the scaler read the burst; at a thousand sources
+/// a scrape is a few hundred kilobytes, which only loads the operator more.
+async fn burst(
+    system: &System,
+    http: &reqwest::Client,
+    name: &str,
+    queue: &TestQueue,
+) -> Result<Option<Burst>> {
+    let visible = |text: &str| visible_messages(text, name);
+    let read_before = operator_metrics(system, http).await.ok().and_then(|t| visible(&t));
     queue.send_batch(10).await?;
     let arrived = Instant::now();
-    while arrived.elapsed() < Duration::from_secs(120) {
-        if system.reader_replicas(name).await?.unwrap_or(0) > 0 {
-            return Ok(Some(arrived.elapsed()));
+    let replicas = async {
+        while arrived.elapsed() < Duration::from_secs(120) {
+            if system.reader_replicas(name).await?.unwrap_or(0) > 0 {
+                return anyhow::Ok(Some(arrived.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(None)
+    };
+    let read = async {
+        // Unknown if the gauge was not at zero before the burst (a reading of an earlier one).
+        if read_before.is_none_or(|v| v > 0.0) {
+            return std::future::pending().await;
+        }
+        loop {
+            let seen = operator_metrics(system, http).await.ok().and_then(|t| visible(&t));
+            if seen.is_some_and(|v| v > 0.0) {
+                return arrived.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let mut read_at = None;
+    let mut replicas = std::pin::pin!(replicas);
+    let mut read = std::pin::pin!(read);
+    loop {
+        tokio::select! {
+            at = &mut read, if read_at.is_none() => read_at = Some(at),
+            reaction = &mut replicas => {
+                return Ok(reaction?.map(|reaction| Burst { reaction, read: read_at }));
+            }
+        }
     }
-    Ok(None)
+}
+
+/// `sluice_operator_scaler_queue_visible_messages` of the source `name`, from a `/metrics` text.
+fn visible_messages(text: &str, name: &str) -> Option<f64> {
+    let source = format!("source=\"{name}\"");
+    text.lines()
+        .filter(|l| l.starts_with("sluice_operator_scaler_queue_visible_messages{") && l.contains(&source))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
 /// Sends `rate` messages a second to each busy queue until `stop`.
@@ -371,8 +435,8 @@ async fn measure_on(
             system.wait_idle_at_zero(&name, Duration::from_secs(180)).await?;
             // Anywhere within the idle interval plus one poll interval (30 s + 5 s by default).
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..35_000))).await;
-            match burst(&system, &name, &queues[i]).await? {
-                Some(reaction) => figures.reactions.push(reaction),
+            match burst(&system, &http, &name, &queues[i]).await? {
+                Some(burst) => figures.bursts.push(burst),
                 None => println!("  {n} sources: burst on {name}: no scale-up within 120 s"),
             }
         }
@@ -423,8 +487,8 @@ fn percentile(values: &[f64], p: f64) -> f64 {
     sorted.get(at).copied().unwrap_or(f64::NAN)
 }
 
-fn seconds(values: &[Duration]) -> Vec<f64> {
-    values.iter().map(Duration::as_secs_f64).collect()
+fn seconds(values: impl Iterator<Item = Duration>) -> Vec<f64> {
+    values.map(|d| d.as_secs_f64()).collect()
 }
 
 fn print_table(all: &[Figures]) {
@@ -458,10 +522,15 @@ fn print_table(all: &[Figures]) {
     row("API requests/min, all clients", &|f| {
         format!("{:.0}", f.api_per_minute.iter().map(|r| r.1).sum::<f64>())
     });
-    row("burst to first scale-up, median", &|f| format!("{:.1} s", percentile(&seconds(&f.reactions), 0.5)));
-    row("burst to first scale-up, each", &|f| {
-        seconds(&f.reactions).iter().map(|s| format!("{s:.1}")).collect::<Vec<_>>().join(" ") + " s"
-    });
+    let summary = |values: Vec<f64>| {
+        format!("{:.1} / {:.1} s ({})", percentile(&values, 0.5), percentile(&values, 1.0), values.len())
+    };
+    let reactions = |f: &Figures| seconds(f.bursts.iter().map(|b| b.reaction));
+    let reads = |f: &Figures| seconds(f.bursts.iter().filter_map(|b| b.read));
+    let operator_parts = |f: &Figures| seconds(f.bursts.iter().filter_map(Burst::read_to_scale_up));
+    row("burst to first scale-up, median / max (n)", &|f| summary(reactions(f)));
+    row("  burst to the scaler's reading (phase)", &|f| summary(reads(f)));
+    row("  reading to scale-up (the operator)", &|f| summary(operator_parts(f)));
     row("load average (1 min) at window start / end", &|f| format!("{:.1} / {:.1}", f.load.0, f.load.1));
     row("during creation: operator / machine CPU", &|f| {
         format!("{:.2} / {:.2} cores", f.creation.operator_cores, f.creation.machine_cores)
@@ -470,6 +539,22 @@ fn print_table(all: &[Figures]) {
         format!("{:.1}", f.creation.api_per_source.iter().map(|r| r.1).sum::<f64>())
     });
     row("during creation: 429s from the API server", &|f| format!("{:.0}", f.creation.throttled));
+    for f in all {
+        let each: Vec<String> = f
+            .bursts
+            .iter()
+            .map(|b| match b.read {
+                Some(read) => format!(
+                    "{:.1} = {:.1} + {:.1}",
+                    b.reaction.as_secs_f64(),
+                    read.as_secs_f64(),
+                    b.reaction.saturating_sub(read).as_secs_f64()
+                ),
+                None => format!("{:.1}", b.reaction.as_secs_f64()),
+            })
+            .collect();
+        println!("bursts on {} source(s), s (scale-up = reading + operator): {}", f.sources, each.join(", "));
+    }
     for f in all.iter().filter(|f| f.sources > 1) {
         println!("CPU seconds by command during the creation of {} sources (top 8):", f.sources);
         for (command, seconds) in f.creation.by_command.iter().take(8) {
@@ -551,6 +636,24 @@ mod tests {
         let names = ["src-0001".to_owned(), "src-0002".to_owned()];
         assert_eq!(aws_requests(text, &names, Some("GetQueueAttributes")), 4.0);
         assert_eq!(aws_requests(text, &names, None), 5.0);
+    }
+
+    #[test]
+    fn the_visible_messages_of_one_source() {
+        let text = "sluice_operator_scaler_queue_visible_messages{namespace=\"e\",source=\"src-0010\"} 7\n\
+                    sluice_operator_scaler_queue_visible_messages{namespace=\"e\",source=\"src-0001\"} 0\n";
+        assert_eq!(visible_messages(text, "src-0001"), Some(0.0));
+        assert_eq!(visible_messages(text, "src-0010"), Some(7.0));
+        assert_eq!(visible_messages(text, "src-0002"), None);
+    }
+
+    #[test]
+    fn the_operators_part_of_a_burst() {
+        let burst =
+            Burst { reaction: Duration::from_millis(12_500), read: Some(Duration::from_millis(12_000)) };
+        assert_eq!(burst.read_to_scale_up(), Some(Duration::from_millis(500)));
+        let unseen = Burst { read: None, ..burst };
+        assert_eq!(unseen.read_to_scale_up(), None);
     }
 
     #[test]
