@@ -191,22 +191,43 @@ fn source_yaml(name: &str, queue: &TestQueue, endpoint: &str, sink: &str) -> Str
         .yaml()
 }
 
-/// The operator's `/metrics` text.
-async fn operator_metrics(system: &System, http: &reqwest::Client) -> Result<String> {
+/// Where the operator serves `/metrics` (from its log, which grows with the fleet: read it once
+/// per use, not per scrape).
+fn operator_metrics_url(system: &System) -> Result<String> {
     let log = system.first_operator_log().context("no operator runs")?;
     let addr = address_in_log(&log, "admin server listening")
         .context("the operator has not said where its admin server listens")?;
-    Ok(http.get(format!("http://{addr}/metrics")).send().await?.error_for_status()?.text().await?)
+    Ok(format!("http://{addr}/metrics"))
+}
+
+async fn scrape(http: &reqwest::Client, url: &str) -> Result<String> {
+    Ok(http.get(url).send().await?.error_for_status()?.text().await?)
+}
+
+/// The operator's `/metrics` text.
+async fn operator_metrics(system: &System, http: &reqwest::Client) -> Result<String> {
+    scrape(http, &operator_metrics_url(system)?).await
+}
+
+/// The samples of the metric family `family` whose labels include `source="<name>"` for one of
+/// `names`, each with its whole line.
+fn source_samples<'a>(
+    text: &'a str,
+    family: &'a str,
+    names: &'a [String],
+) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines()
+        .filter(move |l| l.strip_prefix(family).is_some_and(|rest| rest.starts_with('{')))
+        .filter(move |l| names.iter().any(|n| l.contains(&format!("source=\"{n}\""))))
+        .filter_map(|l| Some((l, l.rsplit(' ').next()?.parse::<f64>().ok()?)))
 }
 
 /// `sluice_operator_aws_requests_total` summed over the sources in `names`, for `api` (all APIs
 /// when `None`).
 fn aws_requests(text: &str, names: &[String], api: Option<&str>) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with("sluice_operator_aws_requests_total{"))
-        .filter(|l| names.iter().any(|n| l.contains(&format!("source=\"{n}\""))))
-        .filter(|l| api.is_none_or(|a| l.contains(&format!("api=\"{a}\""))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    source_samples(text, "sluice_operator_aws_requests_total", names)
+        .filter(|(l, _)| api.is_none_or(|a| l.contains(&format!("api=\"{a}\""))))
+        .map(|(_, value)| value)
         .sum()
 }
 
@@ -277,8 +298,9 @@ async fn burst(
     name: &str,
     queue: &TestQueue,
 ) -> Result<Option<Burst>> {
+    let url = operator_metrics_url(system)?;
     let visible = |text: &str| visible_messages(text, name);
-    let read_before = operator_metrics(system, http).await.ok().and_then(|t| visible(&t));
+    let read_before = scrape(http, &url).await.ok().and_then(|t| visible(&t));
     queue.send_batch(10).await?;
     let arrived = Instant::now();
     let replicas = async {
@@ -296,7 +318,7 @@ async fn burst(
             return std::future::pending().await;
         }
         loop {
-            let seen = operator_metrics(system, http).await.ok().and_then(|t| visible(&t));
+            let seen = scrape(http, &url).await.ok().and_then(|t| visible(&t));
             if seen.is_some_and(|v| v > 0.0) {
                 return arrived.elapsed();
             }
@@ -318,10 +340,8 @@ async fn burst(
 
 /// `sluice_operator_scaler_queue_visible_messages` of the source `name`, from a `/metrics` text.
 fn visible_messages(text: &str, name: &str) -> Option<f64> {
-    let source = format!("source=\"{name}\"");
-    text.lines()
-        .filter(|l| l.starts_with("sluice_operator_scaler_queue_visible_messages{") && l.contains(&source))
-        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+    let names = [name.to_owned()];
+    source_samples(text, "sluice_operator_scaler_queue_visible_messages", &names).next().map(|(_, v)| v)
 }
 
 /// Binds a ClusterRole with `escalate` and `bind` on Roles to the operator's ServiceAccount (see
@@ -573,14 +593,14 @@ fn print_table(all: &[Figures]) {
         let each: Vec<String> = f
             .bursts
             .iter()
-            .map(|b| match b.read {
-                Some(read) => format!(
+            .map(|b| match (b.read, b.read_to_scale_up()) {
+                (Some(read), Some(operator)) => format!(
                     "{:.1} = {:.1} + {:.1}",
                     b.reaction.as_secs_f64(),
                     read.as_secs_f64(),
-                    b.reaction.saturating_sub(read).as_secs_f64()
+                    operator.as_secs_f64()
                 ),
-                None => format!("{:.1}", b.reaction.as_secs_f64()),
+                _ => format!("{:.1}", b.reaction.as_secs_f64()),
             })
             .collect();
         println!("bursts on {} source(s), s (scale-up = reading + operator): {}", f.sources, each.join(", "));
