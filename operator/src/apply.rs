@@ -8,7 +8,7 @@
 //! this process last applied and no one else has written the child since (see `own_writes`), which
 //! spares the API server a server-side apply of each unchanged child on every reconcile the
 //! Deployment controller's writes start. The Deployment goes after the objects its pods need
-//! (ConfigMap, ServiceAccount, Role and RoleBinding), so they start with them in place. The
+//! (ConfigMap, ServiceAccount and RoleBinding), so they start with them in place. The
 //! source's entry in the namespace's register of reader accounts (build/reader_registry.rs) goes
 //! first, by a merge patch of its own key (reader_register.rs), so no reader runs before the
 //! admission policy holds it.
@@ -33,10 +33,11 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("", "configmaps", "create"),
     ApiCall::new("", "serviceaccounts", "patch"),
     ApiCall::new("", "serviceaccounts", "create"),
-    ApiCall::new("rbac.authorization.k8s.io", "roles", "patch"),
-    ApiCall::new("rbac.authorization.k8s.io", "roles", "create"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "patch"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "create"),
+    // A RoleBinding to the readers' ClusterRole is allowed by this alone (by name in the shipped
+    // ClusterRole); without it, by holding everything the role grants (see build/rbac.rs).
+    ApiCall::new("rbac.authorization.k8s.io", "clusterroles", "bind"),
     ApiCall::new("apps", "deployments", "get"),
     ApiCall::new("apps", "deployments", "patch"),
     ApiCall::new("apps", "deployments", "create"),
@@ -52,12 +53,9 @@ pub const API_CALLS: &[ApiCall] = &[
 /// status, which the conditions read).
 ///
 /// The children that do not depend on each other go together, so a reconcile waits for the
-/// slowest of them rather than their sum: the Role. The operator holds neither `escalate` nor
-/// `bind` (either would let it grant anything), so the API server checks each Role and
-/// RoleBinding it writes against the operator's own permissions, and finds those by listing every
-/// RoleBinding of the namespace from its storage: about 0.1 s a write on an idle API server with a
-/// thousand sources in one namespace, 0.24 s while a thousand were created. A RoleBinding is
-/// refused while its Role is missing (the check needs the Role's rules), so it waits for the Role.
+/// slowest of them rather than their sum. The RoleBinding names a ClusterRole that exists before
+/// any source (shipped with the operator), so it waits for nothing; a binding to a missing role
+/// would be accepted and grant nothing until the role appears.
 pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrites) -> Result<Deployment> {
     // First: the admission policy holds the readers only once their account is registered.
     crate::reader_register::register(client, &children.reader_registry, own).await?;
@@ -70,10 +68,9 @@ pub async fn apply_children(client: &Client, children: &Children, own: &OwnWrite
     futures::try_join!(
         apply_unless_unchanged(client, &children.config_map, FIELD_MANAGER, own),
         account,
-        apply_unless_unchanged(client, &children.role, FIELD_MANAGER, own),
+        apply_unless_unchanged(client, &children.role_binding, FIELD_MANAGER, own),
         apply_unless_unchanged(client, &children.disruption_budget, FIELD_MANAGER, own),
     )?;
-    apply_unless_unchanged(client, &children.role_binding, FIELD_MANAGER, own).await?;
     apply_deployment(client, children, own).await
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
@@ -39,8 +39,6 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall::new("", "configmaps", "watch"),
     ApiCall::new("", "serviceaccounts", "list"),
     ApiCall::new("", "serviceaccounts", "watch"),
-    ApiCall::new("rbac.authorization.k8s.io", "roles", "list"),
-    ApiCall::new("rbac.authorization.k8s.io", "roles", "watch"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "list"),
     ApiCall::new("rbac.authorization.k8s.io", "rolebindings", "watch"),
 ];
@@ -181,7 +179,6 @@ pub async fn run(
         .owns_stream(deployment_changes_by_others(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ConfigMap>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<ServiceAccount>(&client, &scope, &children, &own))
-        .owns_stream(changes_by_others::<Role>(&client, &scope, &children, &own))
         .owns_stream(changes_by_others::<RoleBinding>(&client, &scope, &children, &own))
     .graceful_shutdown_on(shutdown)
     .run(reconcile, error_policy, ctx)

@@ -46,9 +46,20 @@ pub fn config_map_name(source: &str) -> String {
     format!("{source}-config")
 }
 
-/// `<source>-reader`: Deployment, ServiceAccount, Role and RoleBinding share this name.
+/// `<source>-reader`: the Deployment, ServiceAccount and PodDisruptionBudget share this name.
 pub fn reader_name(source: &str) -> String {
     format!("{source}-reader")
+}
+
+/// The ClusterRole every source's readers are bound to in their own namespace, shipped with the
+/// operator (deploy/operator/reader-clusterrole.yaml); the operator may `bind` this one by name.
+pub const READER_CLUSTER_ROLE: &str = "sluice-reader";
+
+/// `<source>-sluice-reader`: the RoleBinding of `READER_CLUSTER_ROLE` to the source's readers.
+/// Not `reader_name`: releases before the shared ClusterRole bound a per-source Role under that
+/// name, and a binding's `roleRef` cannot change (deploy/README.md, "Upgrading").
+pub fn reader_binding_name(source: &str) -> String {
+    format!("{source}-{READER_CLUSTER_ROLE}")
 }
 
 /// The ConfigMap, one per namespace, that registers the reader ServiceAccounts of that namespace's

@@ -116,7 +116,7 @@ fn register_entry() -> Expect {
 
 const REGISTER: &str = "/api/v1/namespaces/shop/configmaps/sluice-readers";
 
-/// The seven child applies in the order they are sent (the register entry first), with the Deployment's config hash handed
+/// The six applies in the order they are sent (the register entry first), with the Deployment's config hash handed
 /// to `hash`; `created`: the Deployment is new, so its apply names the starting replicas (the
 /// default `minReplicas`, 1) and the autoscaler then takes them over.
 fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<Expect> {
@@ -130,16 +130,16 @@ fn children_applies(hash: impl Fn(&str) + Send + 'static, created: bool) -> Vec<
             assert_eq!(b["kind"], "ServiceAccount");
             assert_eq!(b["metadata"]["ownerReferences"][0]["name"], "orders");
         }),
-        apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/roles/orders-reader", |b| {
-            assert_eq!(b["rules"][0]["resources"], json!(["configmaps"]));
+        // The RoleBinding and the PodDisruptionBudget go with the ConfigMap and account; the
+        // Deployment waits for all of them.
+        apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings/orders-sluice-reader", |b| {
+            assert_eq!(
+                b["roleRef"],
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "sluice-reader"})
+            );
         }),
-        // The PodDisruptionBudget goes with the ConfigMap, account and Role; the RoleBinding waits
-        // for the Role, the Deployment for all of them.
         apply("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/orders-reader", |b| {
             assert_eq!(b["spec"]["maxUnavailable"], 1);
-        }),
-        apply("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings/orders-reader", |b| {
-            assert_eq!(b["roleRef"]["name"], "orders-reader");
         }),
         Expect::ReadDeployment { exists: !created },
         apply("/apis/apps/v1/namespaces/shop/deployments/orders-reader", move |b| {
@@ -513,8 +513,8 @@ async fn create_applies_children_and_reports_ready() {
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
     assert_eq!(
         bodies.len(),
-        12,
-        "the read, the register entry, six children, the Deployment's read and hand-over, an event, the status"
+        11,
+        "the read, the register entry, five children, the Deployment's read and hand-over, an event, the status"
     );
 }
 
@@ -526,8 +526,8 @@ async fn an_unchanged_source_only_reapplies_and_writes_nothing_else() {
     assert_eq!(action, Action::requeue(HEALTHY_REQUEUE));
     assert_eq!(
         bodies.len(),
-        9,
-        "the read, the register entry, the Deployment's read and the six children: no event and no status write"
+        8,
+        "the read, the register entry, the Deployment's read and the five children: no event and no status write"
     );
 }
 

@@ -1,13 +1,14 @@
 //! Every RBAC rule is traced to a call the code makes, and every call to a rule.
 //!
 //! The operator's calls are the `API_CALLS` consts kept next to the code that makes them; the
-//! checkpoint coordinator's are listed below until that module exports its own. Creating the readers' Role also requires holding what it grants (Kubernetes' escalation
-//! check), so the readers' calls count as operator permissions too. The test fails on a rule
-//! without a call, a call without a rule, or a wildcard.
+//! checkpoint coordinator's are listed below until that module exports its own. The readers' calls
+//! are the rules of the shipped ClusterRole `sluice-reader`, which the operator binds by name
+//! (`bind`) instead of holding what it grants. The test fails on a rule without a call, a call
+//! without a rule, or a wildcard.
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding};
 use serde::Deserialize;
 use sluice_operator::access::ApiCall;
 
@@ -97,12 +98,20 @@ fn operator_calls() -> BTreeSet<Triple> {
         CHECKPOINT_API_CALLS,
         sluice_operator::sink_health::API_CALLS,
         sluice_operator::replay::API_CALLS,
-        // Escalation check: the operator must hold what the readers' Role grants.
-        sluice_operator::build::rbac::READER_API_CALLS,
     ])
 }
 
-fn readers_role() -> Role {
+/// The shipped ClusterRole the readers are bound to.
+fn readers_cluster_role() -> ClusterRole {
+    let roles = documents::<ClusterRole>(include_str!("../../deploy/operator/reader-clusterrole.yaml"));
+    match roles.as_slice() {
+        [role] => role.clone(),
+        other => panic!("reader-clusterrole.yaml holds {} ClusterRoles, not one", other.len()),
+    }
+}
+
+/// The RoleBinding the operator builds for the fixture source.
+fn readers_binding() -> RoleBinding {
     let source = match serde_yaml::from_str(include_str!("fixtures/basic.yaml")) {
         Ok(s) => s,
         Err(e) => panic!("fixture: {e}"),
@@ -112,9 +121,21 @@ fn readers_role() -> Role {
         Err(p) => panic!("fixture invalid: {p:?}"),
     };
     match sluice_operator::build::build(&valid) {
-        Ok(children) => children.role,
+        Ok(children) => children.role_binding,
         Err(e) => panic!("build: {e}"),
     }
+}
+
+/// The operator's rules that name resources (`resourceNames`), as (rule's triples, names).
+fn named_rules() -> Vec<(BTreeSet<Triple>, Vec<String>)> {
+    documents::<ClusterRole>(include_str!("../../deploy/operator/clusterrole.yaml"))
+        .into_iter()
+        .flat_map(|role| role.rules.unwrap_or_default())
+        .filter_map(|rule| {
+            let names = rule.resource_names.clone()?;
+            Some((expand(std::slice::from_ref(&rule)), names))
+        })
+        .collect()
 }
 
 #[test]
@@ -128,19 +149,42 @@ fn every_operator_rule_has_a_call_and_every_call_a_rule() {
 }
 
 #[test]
-fn the_readers_role_matches_the_readers_calls() {
-    let role = readers_role();
+fn the_readers_cluster_role_matches_the_readers_calls() {
+    let role = readers_cluster_role();
+    assert_eq!(role.metadata.name.as_deref(), Some(sluice_operator::names::READER_CLUSTER_ROLE));
     let rules = expand(&role.rules.unwrap_or_default());
     let calls = triples(&[sluice_operator::build::rbac::READER_API_CALLS]);
     assert_eq!(rules, calls);
 }
 
 #[test]
-fn the_operator_holds_everything_the_readers_role_grants() {
-    let granted = expand(&readers_role().rules.unwrap_or_default());
-    let held = operator_rules();
-    let escalation: Vec<_> = granted.difference(&held).collect();
-    assert!(escalation.is_empty(), "the API server would refuse to create the Role: {escalation:?}");
+fn the_operator_may_bind_the_readers_cluster_role_and_no_other_role() {
+    let binding = readers_binding();
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(binding.role_ref.name, sluice_operator::names::READER_CLUSTER_ROLE);
+    let bind = |(_, _, verb): &Triple| verb == "bind" || verb == "escalate";
+    let named = named_rules();
+    let bind_rules: Vec<_> = named.iter().filter(|(triples, _)| triples.iter().any(bind)).collect();
+    assert_eq!(bind_rules.len(), 1, "one rule with bind, limited by resourceNames: {named:?}");
+    let (triples, names) = bind_rules[0];
+    let expected = ("rbac.authorization.k8s.io".to_owned(), "clusterroles".to_owned(), "bind".to_owned());
+    assert_eq!(triples.iter().collect::<Vec<_>>(), vec![&expected]);
+    assert_eq!(names, &vec![binding.role_ref.name.clone()]);
+    let unnamed: Vec<_> = operator_rules().into_iter().filter(bind).collect();
+    assert_eq!(unnamed, vec![expected], "no escalate, and bind only by name");
+}
+
+#[test]
+fn the_operator_writes_no_role() {
+    let roles: Vec<_> = operator_rules()
+        .into_iter()
+        .filter(|(group, resource, verb)| {
+            group == "rbac.authorization.k8s.io"
+                && matches!(resource.as_str(), "roles" | "clusterroles")
+                && verb != "bind"
+        })
+        .collect();
+    assert!(roles.is_empty(), "{roles:?}");
 }
 
 #[test]

@@ -396,7 +396,7 @@ while [[ -n "$left" && $SECONDS -lt $deadline ]]; do
   left="$(children_left)"
 done
 if [[ -z "$left" ]]; then
-  pass "scenario 4: Deployment, ConfigMaps, ServiceAccount, Role, RoleBinding, PodDisruptionBudget and pods gone"
+  pass "scenario 4: Deployment, ConfigMaps, ServiceAccount, RoleBinding, PodDisruptionBudget and pods gone"
   # Readers' lease ConfigMaps (<source>-lease-<pod>) carry no owner reference; report, not judged.
   leases="$(k -n "$NS" get configmap -o name 2>/dev/null | grep -c -E "/${SOURCE}-lease-" || true)"
   log "scenario 4: reader lease ConfigMaps left (not owned by the source, not judged): ${leases:-0}"

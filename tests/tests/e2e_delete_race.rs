@@ -3,7 +3,7 @@
 //! real reader per replica.
 //!
 //! What must hold after every delete: soon after (`CLEAN_WITHIN`; the times are printed), no child
-//! object of the source (Deployment, ConfigMaps, ServiceAccount, Role, RoleBinding) and no reader
+//! object of the source (Deployment, ConfigMaps, ServiceAccount, RoleBinding) and no reader
 //! process (terminating ones included).
 //! And stronger, because the control plane's garbage collector removes a child written for an owner
 //! that is already gone right after the write (as a real cluster's does): the operator must never
@@ -27,7 +27,7 @@ use anyhow::Result;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -120,7 +120,6 @@ fn start_watching(client: &kube::Client) -> (Arc<Mutex<Seen>>, tokio::task::Join
         watch::<Deployment>(client.clone(), "Deployment").boxed(),
         watch::<ConfigMap>(client.clone(), "ConfigMap").boxed(),
         watch::<ServiceAccount>(client.clone(), "ServiceAccount").boxed(),
-        watch::<Role>(client.clone(), "Role").boxed(),
         watch::<RoleBinding>(client.clone(), "RoleBinding").boxed(),
     ]);
     let record = seen.clone();
@@ -188,7 +187,6 @@ async fn leftovers(system: &System, name: &str, uid: &str) -> Result<Vec<String>
     named::<Deployment>(client, &selector, uid, "Deployment", &mut left).await?;
     named::<ConfigMap>(client, &selector, uid, "ConfigMap", &mut left).await?;
     named::<ServiceAccount>(client, &selector, uid, "ServiceAccount", &mut left).await?;
-    named::<Role>(client, &selector, uid, "Role", &mut left).await?;
     named::<RoleBinding>(client, &selector, uid, "RoleBinding", &mut left).await?;
     if system.reader_deployment(name).await?.is_some() {
         left.push(format!("Deployment/{name}-reader"));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::Role;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use nix::sys::signal::{Signal, kill};
@@ -238,6 +238,8 @@ async fn reconciles(system: &System, http: &reqwest::Client) -> Result<f64> {
 /// reconcile), but a child another writer deletes or edits is still restored within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_deleted_or_edited_by_others_are_restored() -> Result<()> {
+    /// The source's binding of the readers' ClusterRole.
+    const BINDING: &str = "restore-sluice-reader";
     let s = scenario("e2e-restore").await?;
     let http = reqwest::Client::new();
     s.system.apply_source(&source_yaml("restore", &s, 1, 1)).await?;
@@ -246,24 +248,25 @@ async fn children_deleted_or_edited_by_others_are_restored() -> Result<()> {
 
     let config_maps: Api<ConfigMap> = Api::default_namespaced(s.system.client.clone());
     config_maps.delete("restore-config", &DeleteParams::default()).await?;
-    let roles: Api<Role> = Api::default_namespaced(s.system.client.clone());
+    let bindings: Api<RoleBinding> = Api::default_namespaced(s.system.client.clone());
     let stray = PatchParams { field_manager: Some("kubectl-edit".into()), ..PatchParams::default() };
-    roles.patch("restore-reader", &stray, &Patch::Merge(serde_json::json!({ "rules": [] }))).await?;
+    let unbind = serde_json::json!({ "subjects": [] });
+    bindings.patch(BINDING, &stray, &Patch::Merge(&unbind)).await?;
     let started = Instant::now();
     poll::until(Duration::from_secs(30), Duration::from_millis(200), || async {
         let config = config_maps.get_opt("restore-config").await?.and_then(|c| c.data);
-        let rules = roles.get("restore-reader").await?.rules.unwrap_or_default();
-        Ok(Check::met_if(config.is_some() && !rules.is_empty(), || {
+        let subjects = bindings.get(BINDING).await?.subjects.unwrap_or_default();
+        Ok(Check::met_if(config.is_some() && !subjects.is_empty(), || {
             format!(
-                "not restored yet: restore-config {}, restore-reader role {} rules",
+                "not restored yet: restore-config {}, {BINDING} {} subjects",
                 if config.is_some() { "back" } else { "missing" },
-                rules.len()
+                subjects.len()
             )
         }))
     })
     .await?;
     println!(
-        "deleted ConfigMap and emptied Role restored in {:.1} s; reconciles now {}",
+        "deleted ConfigMap and emptied RoleBinding restored in {:.1} s; reconciles now {}",
         started.elapsed().as_secs_f64(),
         reconciles(&s.system, &http).await?
     );
@@ -279,18 +282,21 @@ async fn children_deleted_or_edited_by_others_are_restored() -> Result<()> {
     let tamper = serde_json::json!({ "spec": { "template": { "metadata": { "annotations": {
         "sluice.dev/config-hash": "tampered" } } } } });
     deployments.patch("restore-reader", &stray, &Patch::Merge(tamper)).await?;
-    roles.patch("restore-reader", &stray, &Patch::Merge(serde_json::json!({ "rules": [] }))).await?;
+    bindings.patch(BINDING, &stray, &Patch::Merge(&unbind)).await?;
     let started = Instant::now();
     poll::until(Duration::from_secs(30), Duration::from_millis(200), || async {
         let now = hash_of(&deployments.get("restore-reader").await?);
-        let rules = roles.get("restore-reader").await?.rules.unwrap_or_default();
-        Ok(Check::met_if(now == hash && !rules.is_empty(), || {
-            format!("not restored yet: config hash {now:?} (want {hash:?}), role {} rules", rules.len())
+        let subjects = bindings.get(BINDING).await?.subjects.unwrap_or_default();
+        Ok(Check::met_if(now == hash && !subjects.is_empty(), || {
+            format!(
+                "not restored yet: config hash {now:?} (want {hash:?}), {BINDING} {} subjects",
+                subjects.len()
+            )
         }))
     })
     .await?;
     println!(
-        "edited Deployment template and the Role emptied again restored in {:.1} s; reconciles now {}",
+        "edited Deployment template and the RoleBinding emptied again restored in {:.1} s; reconciles now {}",
         started.elapsed().as_secs_f64(),
         reconciles(&s.system, &http).await?
     );

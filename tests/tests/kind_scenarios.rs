@@ -59,7 +59,7 @@ const EXPECTED_PASSES: [&str; 18] = [
     "scenario 3: readers Ready",
     "scenario 3: output queue received",
     "scenario 3: source queue empty",
-    "scenario 4: Deployment, ConfigMaps, ServiceAccount, Role, RoleBinding, PodDisruptionBudget and pods gone",
+    "scenario 4: Deployment, ConfigMaps, ServiceAccount, RoleBinding, PodDisruptionBudget and pods gone",
 ];
 
 /// The operator from the kustomize base with the settings kind's overlay uses

@@ -42,7 +42,8 @@ fn config_map(ns: &str, name: &str) -> ConfigMap {
     .unwrap()
 }
 
-/// The Role the operator gives readers, and a binding of it to `account`.
+/// A Role wider than the readers' ClusterRole (it adds `delete`), and a binding of it to
+/// `account`: what the policy refuses here, it refuses whatever RBAC allows.
 async fn grant_config_maps(admin: &kube::Client, ns: &str, account: &str) {
     let docs = [
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}),

@@ -18,7 +18,7 @@ pub mod starting_replicas;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
@@ -40,7 +40,7 @@ pub struct Children {
     pub reader_registry: reader_registry::Entry,
     /// `None` when the source runs as an existing ServiceAccount (`spec.reader.serviceAccount`).
     pub service_account: Option<ServiceAccount>,
-    pub role: Role,
+    /// Binds the shared reader ClusterRole (build/rbac.rs) to the readers' account.
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
     /// The replicas a new Deployment starts with, before the autoscaler's first reading.
@@ -66,7 +66,6 @@ pub fn build(valid: &Validated<'_>) -> Result<Children> {
         config_map: config::config_map(valid, &owner, rendered),
         reader_registry: reader_registry::entry(valid),
         service_account: service_account::service_account(valid, &owner),
-        role: rbac::role(valid, &owner),
         role_binding,
         deployment: deployment::deployment(valid, &owner, &config_hash),
         starting_replicas: starting_replicas::starting_replicas(&valid.source.spec),

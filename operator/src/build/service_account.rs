@@ -1,11 +1,11 @@
 //! The readers' ServiceAccount: created per source with the user's annotations, or an existing
 //! one named in `spec.reader.serviceAccount`.
 //!
-//! Why here and not with the Role: the account is where a reader's AWS identity attaches on EKS
-//! (IRSA reads `eks.amazonaws.com/role-arn` from it; a Pod Identity association names it), so its
-//! shape follows the user's identity choice, while the Role only follows what readers call. An
-//! existing account is never written: the platform team that annotated or associated it owns it;
-//! the operator only binds the readers' Role to it.
+//! Why here and not with the RoleBinding: the account is where a reader's AWS identity attaches on
+//! EKS (IRSA reads `eks.amazonaws.com/role-arn` from it; a Pod Identity association names it), so
+//! its shape follows the user's identity choice, while the binding only follows what readers call.
+//! An existing account is never written: the platform team that annotated or associated it owns
+//! it; the operator only binds the readers' ClusterRole to it.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;

@@ -30,7 +30,6 @@ use futures::{StreamExt, TryStreamExt, stream};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use sluice_crds::SqsSource;
-use sluice_tests::install;
 use sluice_tests::localstack::{LocalStack, QueueOptions, TestQueue, sqs_client};
 use sluice_tests::proc_usage::{Usage, cpu_between, cpu_by_command, load_average, machine_busy_seconds};
 use sluice_tests::request_counts::{self, RequestCounts};
@@ -71,13 +70,6 @@ struct Args {
     /// `target/release/sluice-operator` to measure the build that ships).
     #[arg(long)]
     operator: Option<PathBuf>,
-    /// Also grant the operator `escalate` and `bind` on Roles (a ClusterRole and binding of the
-    /// bench's own; the shipped RBAC does not): the API server then skips its escalation checks
-    /// of each reader Role and RoleBinding. A measurement of what those checks cost, not a
-    /// configuration to run (an operator holding both could grant anything in the namespaces
-    /// it serves; docs/scaling.md).
-    #[arg(long)]
-    grant_escalate_and_bind: bool,
     /// Where the systems keep logs and state (default: a fresh temporary directory, kept).
     #[arg(long)]
     state_dir: Option<PathBuf>,
@@ -344,25 +336,6 @@ fn visible_messages(text: &str, name: &str) -> Option<f64> {
     source_samples(text, "sluice_operator_scaler_queue_visible_messages", &names).next().map(|(_, v)| v)
 }
 
-/// Binds a ClusterRole with `escalate` and `bind` on Roles to the operator's ServiceAccount (see
-/// `Args::grant_escalate_and_bind`).
-async fn grant_escalate_and_bind(system: &System) -> Result<()> {
-    let name = "sluice-bench-escalate-and-bind";
-    let role = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate", "bind"]}],
-    });
-    let binding = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": install::operator_service_account()?, "namespace": system.namespace}],
-    });
-    install::apply(&system.client, &role, None).await?;
-    install::apply(&system.client, &binding, None).await
-}
-
 /// Sends `rate` messages a second to each busy queue until `stop`.
 async fn feed(queues: &[&TestQueue], rate: u32, stop: tokio_util::sync::CancellationToken) {
     let per_batch = usize::try_from(rate.clamp(1, 10)).unwrap_or(1);
@@ -414,9 +387,6 @@ async fn measure_on(
     system.operator_args.clone_from(&args.operator_args);
     if let Some(operator) = &args.operator {
         system.operator_binary = std::path::absolute(operator)?;
-    }
-    if args.grant_escalate_and_bind {
-        grant_escalate_and_bind(&system).await?;
     }
     system.start_operator()?;
     let pid = system.operator_pid().context("the operator is not running")?;
@@ -646,7 +616,7 @@ async fn main() -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
         "sluice-bench-sources: fleets {:?} plus one source, {} busy at {} msg/s, steady window {} s \
-         after {} s settling, {} bursts each; operator {} {:?}{}; {cores} cores, load average {:.1}; \
+         after {} s settling, {} bursts each; operator {} {:?}; {cores} cores, load average {:.1}; \
          state under {}",
         args.sources,
         args.busy,
@@ -659,7 +629,6 @@ async fn main() -> Result<()> {
             .map_or_else(|| bin_dir().join("sluice-operator"), Path::to_path_buf)
             .display(),
         args.operator_args,
-        if args.grant_escalate_and_bind { " granted escalate and bind on Roles" } else { "" },
         load_average().unwrap_or(f64::NAN),
         state_dir.display()
     );
