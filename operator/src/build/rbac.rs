@@ -16,8 +16,9 @@
 //! name is authorized by that one permission, while a Role the operator writes, and a binding to
 //! it, are each checked against everything the operator holds, which the API server finds by
 //! listing every RoleBinding of the namespace: a quarter of a second a write with a thousand
-//! sources in one namespace (BENCHMARKS.md, "Results at 1,000 sources"). `bind` on that one
-//! ClusterRole grants the operator nothing else, where `escalate` would let it grant anything.
+//! sources in one namespace (BENCHMARKS.md, "Results: one ClusterRole for every source's
+//! readers"). `bind` on that one ClusterRole grants the operator nothing else, where `escalate`
+//! would let it grant anything.
 //!
 //! What RBAC cannot say, the ValidatingAdmissionPolicy `reader-own-lease.sluice.dev`
 //! (deploy/policy/, installed with the operator) does: a reader may create, update or patch only
