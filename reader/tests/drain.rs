@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{HELD_REPORT_KEY, HeldReport};
 use sluice_protocol::lease_configmap_name;
-use sluice_tests::kubeconfig;
 use sluice_tests::latency_proxy::{Delay, LatencyProxy};
 use sluice_tests::localstack::{Outgoing, TestQueue, fresh_queue};
 use sluice_tests::source::{Sink, SourceYaml};
 use sluice_tests::system::{System, bin_dir};
+use sluice_tests::{install, kubeconfig};
 use support::process::Reader;
 use support::sink_server::SinkServer;
 
@@ -109,10 +109,17 @@ async fn a_cluster_reader_reports_draining_before_it_exits() {
     let system = System::start(&bin_dir(), &dir.path().join("system")).await.unwrap();
     let api_addr = system.cluster().url.trim_start_matches("https://").parse().unwrap();
     let slow = LatencyProxy::start(api_addr, Delay::round_trip(SECOND, 0), None).await.unwrap();
-    // The reader writes with the operator's token (ConfigMap rights in the suite's namespace), through
-    // the delay line.
+    // The reader runs as a reader account (the shipped readers' ClusterRole, bound in the suite's
+    // namespace), through the delay line.
+    let direct_path = dir.path().join("reader.kubeconfig");
+    let info = system.cluster();
+    let (client, namespace) = (&system.client, &system.namespace);
+    install::bind_reader_account(client, namespace, "it-reader").await.unwrap();
+    install::account_kubeconfig(client, &info.url, &info.ca, namespace, "it-reader", &direct_path)
+        .await
+        .unwrap();
     let config = dir.path().join("kubeconfig");
-    let direct = std::fs::read_to_string(system.operator_kubeconfig()).unwrap();
+    let direct = std::fs::read_to_string(&direct_path).unwrap();
     let through = format!("https://{}", slow.addr());
     kubeconfig::write(&config, &kubeconfig::retarget(&direct, &through)).unwrap();
     let pod = "it-reader-0";

@@ -105,7 +105,8 @@ async fn kubectl_creates_configmaps_and_tokens(kubectl: &Kubectl, system: &Syste
     let with = http.get(&url).bearer_auth(token).send().await?.status().as_u16();
     let forged = http.get(&url).bearer_auth("sluice-local-forged").send().await?.status().as_u16();
     println!("GET {url}: {with} with the created token, {forged} with a forged one");
-    // The reader's Role lets it read its own source's ConfigMaps: authenticated and authorized.
+    // The readers' ClusterRole, bound in the source's namespace, lets it read its own source's
+    // ConfigMaps: authenticated and authorized.
     assert_eq!(with, 200, "the token kubectl created does not authenticate as orders-reader");
     assert_eq!(forged, 401);
     Ok(())

@@ -8,9 +8,9 @@
 //!
 //! Why every reader gets the API token: each reports its sinks' health in its own lease ConfigMap
 //! (the `SinksHealthy` condition), and under exactlyOnce or a shared rate limit it also
-//! coordinates through the API. What that token may write is bounded by the readers' Role and by
-//! the admission policy `reader-own-lease.sluice.dev` (deploy/policy): its own lease and nothing
-//! else. IRSA and EKS Pod Identity mount their own projected tokens (audience
+//! coordinates through the API. What that token may write is bounded by the readers' ClusterRole
+//! (bound in the source's namespace only) and by the admission policy
+//! `reader-own-lease.sluice.dev` (deploy/policy): its own lease and nothing else. IRSA and EKS Pod Identity mount their own projected tokens (audience
 //! `sts.amazonaws.com` / `pods.eks.amazonaws.com`), unaffected by this setting.
 
 use std::collections::BTreeMap;

@@ -115,7 +115,7 @@ fn cannot_report(name: &str, error: &str) -> String {
     let refused = ["403", "422", "Forbidden", "Invalid"].iter().any(|code| error.contains(code));
     if refused {
         format!(
-            "cannot report sink health in ConfigMap {name}: {error}; the source's SinksHealthy condition will go stale; check the reader's Role and the reader-own-lease.sluice.dev policy"
+            "cannot report sink health in ConfigMap {name}: {error}; the source's SinksHealthy condition will go stale; check the reader's RoleBinding <source>-sluice-reader (ClusterRole sluice-reader) and the reader-own-lease.sluice.dev policy"
         )
     } else {
         format!(
@@ -157,7 +157,7 @@ impl Reporter {
                         report.api_answered(ApiCall::Report);
                     }
                     Err(error) => {
-                        let error = error.to_string();
+                        let error = super::api_line::api_line(&error);
                         report.api_failed(ApiCall::Report, &error);
                         if !failing {
                             failing = true;
@@ -259,8 +259,11 @@ mod tests {
     fn an_outage_is_told_apart_from_a_refusal() {
         let outage = cannot_report("s-lease-p", "ServiceError: client error (Connect)");
         assert!(outage.contains("did not answer") && outage.contains("delivery goes on"), "{outage}");
-        let refused = cannot_report("s-lease-p", "ApiError: configmaps is forbidden: Forbidden (403)");
-        assert!(refused.contains("check the reader's Role"), "{refused}");
+        let refused = cannot_report(
+            "s-lease-p",
+            "configmaps \"s-lease-p\" is forbidden: User \"u\" cannot update (HTTP 403 Forbidden)",
+        );
+        assert!(refused.contains("check the reader's RoleBinding"), "{refused}");
     }
 
     #[test]

@@ -133,7 +133,7 @@ pub fn checkpoint_of(cm: Option<&ConfigMap>) -> Result<Option<Checkpoint>> {
 
 impl From<kube::Error> for CoordinationError {
     fn from(error: kube::Error) -> Self {
-        CoordinationError::Api(error.to_string())
+        CoordinationError::Api(super::api_line::api_line(&error))
     }
 }
 

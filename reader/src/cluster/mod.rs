@@ -2,6 +2,7 @@
 //! and its sink health report, and its share of the source-wide rate limit. The only module that names kube; compiled with
 //! the cargo feature `cluster` (on by default).
 
+mod api_line;
 pub mod health_report;
 pub mod lease;
 pub mod share;

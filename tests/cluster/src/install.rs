@@ -144,19 +144,43 @@ pub async fn operator_rbac(client: &kube::Client, namespace: &str) -> Result<()>
     Ok(())
 }
 
-/// Requests a token of the operator's ServiceAccount in `namespace` (as a kubelet mounts one) and
-/// writes a kubeconfig for `url` that reads it: how the operator runs outside a pod with exactly the
-/// shipped RBAC.
-pub async fn operator_kubeconfig(
+/// Creates the ServiceAccount `account` in `namespace` and binds it to the shipped readers'
+/// ClusterRole there, as the operator binds a source's readers (a RoleBinding
+/// `<account>-sluice-reader`); with [`account_kubeconfig`], how a reader runs outside a pod with
+/// exactly the readers' RBAC. Not registered for the reader policy (deploy/policy/), so only RBAC
+/// holds it.
+pub async fn bind_reader_account(client: &kube::Client, namespace: &str, account: &str) -> Result<()> {
+    let role = documents("operator/reader-clusterrole.yaml")?;
+    let Some(role) = role.first().and_then(|d| d["metadata"]["name"].as_str()) else {
+        bail!("deploy/operator/reader-clusterrole.yaml names no ClusterRole");
+    };
+    let docs = [
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": format!("{account}-{role}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]}),
+    ];
+    for doc in docs {
+        apply(client, &doc, Some(namespace)).await?;
+    }
+    Ok(())
+}
+
+/// Requests a token of `account` in `namespace` (as a kubelet mounts one, not bound to a pod) and
+/// writes a kubeconfig for `url` at `path` that reads it (from `path` with the extension `token`):
+/// how the operator (`operator_service_account`) or a reader (`bind_reader_account`) runs outside
+/// a pod with exactly the shipped RBAC.
+pub async fn account_kubeconfig(
     client: &kube::Client,
     url: &str,
     ca: &Path,
     namespace: &str,
+    account: &str,
     path: &Path,
 ) -> Result<()> {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let account = operator_service_account()?;
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -166,7 +190,7 @@ pub async fn operator_kubeconfig(
         },
         ..TokenRequest::default()
     };
-    let issued = api.create_token_request(&account, &kube::api::PostParams::default(), &request).await?;
+    let issued = api.create_token_request(account, &kube::api::PostParams::default(), &request).await?;
     let token = issued.status.map(|s| s.token).unwrap_or_default();
     let token_file = path.with_extension("token");
     std::fs::write(&token_file, token)?;

@@ -118,7 +118,16 @@ impl System {
         namespaces.create(&PostParams::default(), &ns).await.context("creating the suite's namespace")?;
         install::operator_rbac(&client, &namespace).await?;
         let operator_kubeconfig = state_dir.join("operator.kubeconfig");
-        install::operator_kubeconfig(&client, &info.url, &info.ca, &namespace, &operator_kubeconfig).await?;
+        let operator = install::operator_service_account()?;
+        install::account_kubeconfig(
+            &client,
+            &info.url,
+            &info.ca,
+            &namespace,
+            &operator,
+            &operator_kubeconfig,
+        )
+        .await?;
         std::fs::write(state_dir.join("namespace"), &namespace)?;
         Ok(Self {
             state_dir,

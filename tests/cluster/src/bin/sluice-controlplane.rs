@@ -85,8 +85,9 @@ async fn run(command: Cmd) -> Result<()> {
             let cluster = Cluster::attach(&dir)?;
             let admin = cluster.admin_client().await?;
             install::operator_rbac(&admin, &namespace).await?;
-            install::operator_kubeconfig(&admin, &cluster.info.url, &cluster.info.ca, &namespace, &out)
-                .await?;
+            let operator = install::operator_service_account()?;
+            let info = &cluster.info;
+            install::account_kubeconfig(&admin, &info.url, &info.ca, &namespace, &operator, &out).await?;
             println!("{}", out.display());
             Ok(())
         }
