@@ -108,8 +108,8 @@ pub fn kustomization_documents(dir: &str) -> Result<Vec<serde_json::Value>> {
 /// The operator's identity and permissions for an operator serving `namespace`: the shipped
 /// ServiceAccount, ClusterRole, ClusterRoleBinding, the readers' ClusterRole (one for every
 /// operator) and leader-election Role and RoleBinding, with their namespace (and the subjects')
-/// set to `namespace`. The ClusterRoleBinding is named after the
-/// namespace too, so that operators of several namespaces (one per suite) coexist.
+/// set to `namespace`. The ClusterRoleBinding is named after the namespace too, so that operators
+/// of several namespaces (one per suite) coexist.
 pub async fn operator_rbac(client: &kube::Client, namespace: &str) -> Result<()> {
     let mut docs = Vec::new();
     let files = [
